@@ -1,0 +1,32 @@
+"""sluicegate: run a stream of work through a bounded window, on trio.
+
+The public names live in small private modules and are re-exported here.
+"""
+
+from ._dynamic import SampleSource, enqueue
+from ._runner import Done, Drain, open_stream, run_stream
+from ._take import take
+from ._taskset import FeedTaskset, Task, Taskset
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Done",
+    "Drain",
+    "FeedTaskset",
+    "SampleSource",
+    "Task",
+    "Taskset",
+    "enqueue",
+    "open_stream",
+    "run_stream",
+    "take",
+]
+
+# Public names report the package, not the private module they were defined in
+# (trio's habit), so reprs, docs and pickles stay stable if the layout moves.
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith("sluicegate._"):
+        _obj.__module__ = __name__
+del _name, _obj

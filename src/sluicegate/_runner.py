@@ -1,0 +1,554 @@
+"""The one dispatcher: pull from a source through a bounded window of runs.
+
+Everything else in sluicegate is built on :func:`run_stream` and
+:func:`open_stream`. Both are thin fronts on :class:`_Dispatch`, which owns the
+invariants listed in DESIGN.md section 2: the window, back-pressure, order,
+fail-fast, close-out, drain and caller cancellation.
+
+How it is fast: with a bounded window the dispatcher starts ``window``
+long-lived workers. A worker pulls one item (taking turns with the others on a
+lock that costs nothing when uncontended), runs it, delivers the result and
+loops. A worker is only ever pulling when it has a free place, so the
+back-pressure rule holds by construction, and no task is spawned per item.
+With ``window=None`` one puller spawns a task per item, since there is no
+place to wait for.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+)
+from contextlib import asynccontextmanager
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+import attrs
+import trio
+
+__all__ = ["BindsRun", "Done", "Drain", "open_stream", "run_stream"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+T_co = TypeVar("T_co", covariant=True)
+R_co = TypeVar("R_co", covariant=True)
+
+Source = AsyncIterable[T] | Iterable[T]
+Run = Callable[[T], Awaitable[R]]
+
+
+@attrs.frozen
+class Done(Generic[T, R]):
+    """One finished run, as :func:`open_stream` hands it to the consumer.
+
+    Attributes:
+        index: The item's position in pull order, counting from 0.
+        item: The item as it came from the source.
+        value: What ``run(item)`` returned.
+    """
+
+    index: int
+    item: T
+    value: R
+
+
+class Drain:
+    """A latch that asks a running stream to stop admitting work.
+
+    Pass one to :func:`run_stream` or :func:`open_stream`. After
+    :meth:`request`, no further item is pulled, the source is closed, the
+    runs already in flight finish normally and the stream ends with what
+    they produced. A drain stays requested; one object can be shared by
+    several streams to drain them together.
+    """
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self._reason: str | None = None
+
+    def request(self, reason: str = "drain requested") -> None:
+        """Stop admission. Safe to call more than once; the first reason wins.
+
+        Call it from trio code (a signal watcher task, say), not from another
+        thread.
+        """
+        if self._reason is None:
+            self._reason = reason
+        self._event.set()
+
+    @property
+    def requested(self) -> bool:
+        """Whether :meth:`request` has been called."""
+        return self._event.is_set()
+
+    @property
+    def reason(self) -> str | None:
+        """The reason given to the first :meth:`request`, or None."""
+        return self._reason
+
+    async def wait(self) -> None:
+        """Block until the drain is requested."""
+        await self._event.wait()
+
+    def __repr__(self) -> str:
+        state = f"requested: {self._reason!r}" if self.requested else "not requested"
+        return f"<Drain {state}>"
+
+
+@runtime_checkable
+class BindsRun(Protocol[T_co, R_co]):
+    """A source that must see its own runs (a :class:`~sluicegate.SampleSource`).
+
+    The dispatcher hands such a source the ``run`` it was given and uses the
+    pair it returns instead: an async iterator of items and a ``run`` that
+    wraps the original. This keeps the dispatcher unaware of what a dynamic
+    source is, while letting the source learn when runs finish.
+    """
+
+    def bind_run(self, run: Any, /) -> tuple[AsyncIterator[Any], Any]: ...
+
+
+def _check_arguments(source: object, run: object, window: object) -> None:
+    # bool is an int subclass, but window=True is always a mistake.
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
+        raise TypeError(f"window must be an int >= 1 or None, not {window!r}")
+    if isinstance(window, int) and window < 1:
+        raise ValueError(f"window must be >= 1 or None, got {window}")
+    if not callable(run):
+        raise TypeError(f"run must be an async callable, not {run!r}")
+    if not isinstance(source, (AsyncIterable, Iterable, BindsRun)):
+        raise TypeError(f"source must be an iterable or async iterable, not {type(source).__name__}")
+
+
+class _Dispatch(Generic[T, R]):
+    """One run of the dispatcher; not reusable.
+
+    Runs record their own failure instead of raising it into the nursery, so
+    the nursery never has to be unpicked from an ``ExceptionGroup``: the first
+    failure cancels the nursery's scope and is re-raised as itself afterwards.
+    """
+
+    def __init__(
+        self,
+        source: Source[T],
+        run: Run[T, R],
+        window: int | None,
+        drain: Drain | None,
+        *,
+        collect: bool,
+        ordered: bool,
+    ) -> None:
+        if isinstance(source, BindsRun):
+            source, run = source.bind_run(run)
+        self._run = run
+        self._window = window
+        self._drain = drain
+        self._ordered = ordered
+        self._collect = collect
+        self._aiter: AsyncIterator[T] | None = None
+        self._iter: Iterator[T] | None = None
+        if isinstance(source, AsyncIterable):
+            self._aiter = aiter(source)
+        else:
+            self._iter = iter(source)
+        self._pulled = 0
+        self._exhausted = False
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._nursery: trio.Nursery | None = None
+        # Pull turn-taking: a bare flag and a parking lot, so the uncontended
+        # case costs one attribute check (trio.Lock always checkpoints).
+        self._pull_busy = False
+        self._pull_lot = trio.lowlevel.ParkingLot()
+        self._pull_scope: trio.CancelScope | None = None
+        # run_stream: results by index.
+        self.results: list[Any] = []
+        # open_stream: finished runs waiting for the consumer.
+        self._ready: dict[int, Done[T, R]] = {}
+        self._order: collections.deque[int] = collections.deque()  # for ordered=False
+        self._handed = 0
+        self._live = 0  # workers or per-item tasks still running
+        self._consumer_lot = trio.lowlevel.ParkingLot()
+        self._held: dict[int, trio.lowlevel.Task] = {}
+        self._drain_scope = trio.CancelScope()
+
+    # -- pulling ---------------------------------------------------------------
+
+    def _admitting(self) -> bool:
+        return not (
+            self._exhausted
+            or self._failure is not None
+            or (self._drain is not None and self._drain.requested)
+        )
+
+    async def _pull(self) -> tuple[int, T] | None:
+        """Take the next item, or None when admission is over.
+
+        Callers take turns; whoever holds the turn is the only one touching
+        the source, which async generators require.
+        """
+        while self._pull_busy:
+            await self._pull_lot.park()
+        self._pull_busy = True
+        try:
+            if not self._admitting():
+                return None
+            index = self._pulled
+            if self._iter is not None:
+                try:
+                    item = next(self._iter)
+                except StopIteration:
+                    self._exhausted = True
+                    return None
+            elif self._drain is None:
+                try:
+                    item = await anext(self._aiter)  # type: ignore[arg-type]
+                except StopAsyncIteration:
+                    self._exhausted = True
+                    return None
+            else:
+                with trio.CancelScope() as scope:
+                    self._pull_scope = scope
+                    try:
+                        item = await anext(self._aiter)  # type: ignore[arg-type]
+                    except StopAsyncIteration:
+                        self._exhausted = True
+                        return None
+                    finally:
+                        self._pull_scope = None
+                if scope.cancelled_caught:
+                    return None
+            if self._failure is not None:
+                # The item arrived in the same instant as another run failed:
+                # nothing may start after a failure.
+                return None
+            self._pulled = index + 1
+            if self._collect:
+                self.results.append(None)
+            return index, item
+        except Exception as exc:
+            self._fail(exc, f"sluicegate: raised by the source while pulling item {self._pulled}")
+            return None
+        finally:
+            self._pull_busy = False
+            if self._pull_lot:
+                self._pull_lot.unpark()
+
+    # -- failure and close-out ---------------------------------------------------
+
+    def _fail(self, exc: BaseException, note: str) -> None:
+        if self._failure is None:
+            exc.add_note(note)
+            self._failure = exc
+            assert self._nursery is not None
+            self._nursery.cancel_scope.cancel()
+        elif exc is not self._failure:
+            # Runs that fail before the cancellation reaches them are kept as
+            # notes on the first failure: nothing is dropped silently, and the
+            # caller still gets one exception of the type it can catch.
+            self._failure.add_note(f"{note.removeprefix('sluicegate: ')}, also failed: {exc!r}")
+
+    async def _close_source(self) -> BaseException | None:
+        """Close the source once, shielded; returns what closing raised."""
+        if self._closed:
+            return None
+        self._closed = True
+        it: object = self._aiter if self._aiter is not None else self._iter
+        try:
+            with trio.CancelScope(shield=True):
+                if self._aiter is not None:
+                    aclose = getattr(it, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
+                else:
+                    close = getattr(it, "close", None)
+                    if close is not None:
+                        close()
+        except Exception as exc:
+            return exc
+        return None
+
+    async def _watch_drain(self, drain: Drain) -> None:
+        with self._drain_scope:
+            await drain.wait()
+        if self._drain_scope.cancelled_caught:
+            return
+        if self._pull_scope is not None:
+            self._pull_scope.cancel()
+        # Wait for our turn so that the source is never closed mid-pull.
+        while self._pull_busy:
+            await self._pull_lot.park()
+        self._pull_busy = True
+        try:
+            error = await self._close_source()
+        finally:
+            self._pull_busy = False
+            self._pull_lot.unpark()
+        if error is not None:
+            self._fail(error, "sluicegate: raised while closing the source for a drain")
+
+    # -- running ----------------------------------------------------------------
+
+    def _exited(self) -> None:
+        """A worker (or per-item task, or the puller) is gone."""
+        self._live -= 1
+        if self._live == 0:
+            # Nothing will produce again: wake a waiting consumer so it sees the
+            # end, and stop watching for a drain that can no longer matter.
+            self._consumer_lot.unpark()
+            self._drain_scope.cancel()
+
+    async def _worker(self) -> None:
+        run = self._run
+        try:
+            while True:
+                pulled = await self._pull()
+                if pulled is None:
+                    return
+                index, item = pulled
+                try:
+                    value = await run(item)
+                except Exception as exc:
+                    self._fail(exc, f"sluicegate: raised by the run of item {index}")
+                    return
+                if self._collect:
+                    self.results[index] = value
+                else:
+                    await self._deliver(Done(index, item, value))
+        finally:
+            self._exited()
+
+    async def _run_one(self, index: int, item: T) -> None:
+        try:
+            try:
+                value = await self._run(item)
+            except Exception as exc:
+                self._fail(exc, f"sluicegate: raised by the run of item {index}")
+                return
+            if self._collect:
+                self.results[index] = value
+            else:
+                await self._deliver(Done(index, item, value))
+        finally:
+            self._exited()
+
+    async def _puller(self, nursery: trio.Nursery) -> None:
+        try:
+            while True:
+                pulled = await self._pull()
+                if pulled is None:
+                    return
+                self._live += 1
+                nursery.start_soon(self._run_one, *pulled)
+        finally:
+            self._exited()
+
+    def start(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        if self._drain is not None:
+            nursery.start_soon(self._watch_drain, self._drain)
+        if self._window is None:
+            self._live = 1
+            nursery.start_soon(self._puller, nursery)
+        else:
+            self._live = self._window
+            for _ in range(self._window):
+                nursery.start_soon(self._worker)
+
+    # -- handing results to an open_stream consumer -----------------------------
+
+    async def _deliver(self, done: Done[T, R]) -> None:
+        """Hand ``done`` over and keep its place until the consumer has it."""
+        index = done.index
+        self._ready[index] = done
+        if not self._ordered:
+            self._order.append(index)
+        if self._consumer_lot:
+            self._consumer_lot.unpark()
+        # Park without a ParkingLot per item: the consumer reschedules this
+        # task directly when it takes the result.
+        self._held[index] = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._held.pop(index, None)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def _next_ready(self) -> Done[T, R] | None:
+        if self._ordered:
+            done = self._ready.pop(self._handed, None)
+        elif self._order:
+            done = self._ready.pop(self._order.popleft())
+        else:
+            done = None
+        if done is not None:
+            self._handed += 1
+            trio.lowlevel.reschedule(self._held.pop(done.index))
+        return done
+
+    async def next_done(self) -> Done[T, R]:
+        while True:
+            done = self._next_ready()
+            if done is not None:
+                await trio.lowlevel.checkpoint()
+                return done
+            if self._live == 0:
+                await trio.lowlevel.checkpoint()
+                raise StopAsyncIteration
+            await self._consumer_lot.park()
+
+    # -- the whole lifecycle ----------------------------------------------------
+
+    async def finish(self, primary: BaseException | None) -> None:
+        """Close the source and raise the failure that ended the stream, if any."""
+        error = await self._close_source()
+        failure = self._failure
+        if failure is not None and (primary is None or isinstance(primary, trio.Cancelled)):
+            if error is not None:
+                failure.add_note(f"closing the source then also failed: {error!r}")
+            raise failure
+        if error is not None:
+            if primary is not None:
+                primary.add_note(f"sluicegate: closing the source also failed: {error!r}")
+            else:
+                raise error
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The exception to re-raise in place of a nursery's group.
+
+    Workers never raise run failures into the nursery, so what arrives here is
+    cancellation, a KeyboardInterrupt, or an error from an ``open_stream``
+    consumer body. Those are re-raised as themselves; a non-cancel exception
+    wins over the ``Cancelled`` that accompanies it.
+    """
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    for leaf in leaves:
+        if not isinstance(leaf, trio.Cancelled):
+            return leaf
+    return leaves[0] if leaves else group
+
+
+async def run_stream(
+    source: AsyncIterable[T] | Iterable[T],
+    run: Callable[[T], Awaitable[R]],
+    *,
+    window: int | None,
+    drain: Drain | None = None,
+) -> list[R]:
+    """Run every item of ``source`` through ``run``, at most ``window`` at a time.
+
+    The next item is pulled only when a place is free (the end-of-stream pull
+    too), so a live feed is consumed no faster than it is processed.
+
+    Args:
+        source: An async iterable (a live feed, an async generator) or a sync
+            iterable of items. A :class:`~sluicegate.SampleSource` works too.
+        run: An async function called once per item.
+        window: The most runs alive at once: an ``int >= 1``, or ``None`` for
+            no bound.
+        drain: Optional :class:`Drain`; requesting it stops admission and
+            makes the call return what the in-flight runs produce.
+
+    Returns:
+        The results in submission (pull) order.
+
+    Raises:
+        TypeError, ValueError: for a bad ``window``, a non-iterable ``source``
+            or a non-callable ``run``, before the source is touched.
+        Exception: the first exception raised by a run or by the source, as
+            itself, with a note naming the item index. Every other run is
+            cancelled and has unwound, and the source is closed, before it
+            propagates. Runs that failed meanwhile are listed in further notes.
+    """
+    _check_arguments(source, run, window)
+    dispatch = _Dispatch(source, run, window, drain, collect=True, ordered=True)
+    primary: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            dispatch.start(nursery)
+    except BaseExceptionGroup as group:
+        primary = _single(group)
+    except BaseException as exc:
+        primary = exc
+    await dispatch.finish(primary)
+    if primary is not None:
+        raise primary
+    return dispatch.results
+
+
+class _Results(Generic[T, R]):
+    """The async iterator :func:`open_stream` yields."""
+
+    def __init__(self, dispatch: _Dispatch[T, R]) -> None:
+        self._dispatch = dispatch
+
+    def __aiter__(self) -> _Results[T, R]:
+        return self
+
+    async def __anext__(self) -> Done[T, R]:
+        return await self._dispatch.next_done()
+
+
+@asynccontextmanager
+async def open_stream(
+    source: AsyncIterable[T] | Iterable[T],
+    run: Callable[[T], Awaitable[R]],
+    *,
+    window: int | None,
+    ordered: bool = True,
+    drain: Drain | None = None,
+) -> AsyncIterator[AsyncIterator[Done[T, R]]]:
+    """Run ``source`` through ``run`` and hand each result over as it is ready.
+
+    Use as ``async with open_stream(source, run, window=8) as results:`` and
+    iterate ``results``, a stream of :class:`Done`. A place in the window is
+    freed only once its result has been handed to the consumer, so a slow
+    consumer holds back new runs and memory stays bounded by ``window``.
+
+    Args:
+        source, run, window, drain: As for :func:`run_stream`.
+        ordered: Yield in submission order (default) or, if False, in
+            completion order.
+
+    Raises:
+        Everything :func:`run_stream` raises. Leaving the block early (a
+        ``break``, an exception in the body) cancels the remaining runs and
+        closes the source; the body's exception propagates as itself.
+    """
+    _check_arguments(source, run, window)
+    if not isinstance(ordered, bool):
+        raise TypeError(f"ordered must be a bool, not {ordered!r}")
+    dispatch = _Dispatch(source, run, window, drain, collect=False, ordered=ordered)
+    primary: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            dispatch.start(nursery)
+            try:
+                yield _Results(dispatch)
+            finally:
+                # Leaving the block, however it happens, ends the runs.
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        primary = _single(group)
+    except BaseException as exc:
+        primary = exc
+    await dispatch.finish(primary)
+    if primary is not None:
+        raise primary
+

@@ -1,0 +1,44 @@
+"""The ``sluicegate`` command: parses arguments, then hands off to a subpackage.
+
+Each subcommand lives with the code it drives; this module only wires them
+together so that ``sluicegate --help`` lists them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from . import __version__
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import _demo
+    from .campaign import _cli as campaign_cli
+    from .eval import _cli as eval_cli
+
+    parser = argparse.ArgumentParser(
+        prog="sluicegate",
+        description="Run streams of work through a bounded window.",
+    )
+    parser.add_argument("--version", action="version", version=f"sluicegate {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _demo.register(commands)
+    eval_cli.register(commands)
+    campaign_cli.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        print("sluicegate: interrupted", file=sys.stderr)
+        return 130
