@@ -1,0 +1,126 @@
+"""Check a recorded :class:`Trace` against the runner's invariants (DESIGN.md section 2)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from ._trace import Trace
+
+
+class InvariantViolation(AssertionError):
+    """A trace broke one of the runner's invariants; the message says which and where."""
+
+
+@attrs.frozen
+class TraceSummary:
+    """Counts taken from a trace that passed :func:`check_trace`."""
+
+    pulls: int
+    items: int
+    starts: int
+    finished: int
+    failed: int
+    cancelled: int
+    peak: int
+    closes: int
+
+
+def check_trace(
+    trace: Trace,
+    *,
+    window: int | None,
+    frees_on: Literal["finish", "consume"] = "finish",
+    drained: bool = False,
+    closes: int = 1,
+) -> TraceSummary:
+    """Validate ``trace`` against the runner's invariants and summarise it.
+
+    Checked, event by event:
+
+    * window: runs alive (started, not yet finished, failed or cancelled)
+      never exceed ``window``;
+    * back-pressure: at every pull, pulls so far <= freed places + ``window``,
+      where a place is freed by a finished run (``frees_on="finish"``, as in
+      ``run_stream``) or by a result handed to the consumer
+      (``frees_on="consume"``, as in ``open_stream``);
+    * fail fast: no run starts and nothing is pulled after the first run
+      failure or source error;
+    * every started item was pulled, and starts once;
+    * close-out: the source is closed exactly ``closes`` times, nothing is
+      pulled after the close, and (unless ``drained``, where in-flight runs
+      finish after the source is closed) no run is still alive at the close.
+
+    Args:
+        trace: Events recorded by a :class:`ScriptedFeed`/:class:`ScriptedIter`,
+            a :class:`RunProbe` and, for ``frees_on="consume"``, the test
+            recording ``consume`` as it receives each result.
+        window: The window the runner was given (None: unbounded).
+        frees_on: What frees a place, see above.
+        drained: The stream was drained.
+        closes: How many closes to expect (0 for a source the runner must
+            not close, such as one it never received).
+
+    Returns:
+        A :class:`TraceSummary` of the counts.
+
+    Raises:
+        InvariantViolation: naming the invariant and the event index.
+    """
+    pulls = items = starts = finished = failed = cancelled = consumed = close_count = 0
+    alive = peak = 0
+    failure_seen = False
+    pulled: list[object] = []
+    started: list[object] = []
+
+    def fail(position: int, message: str) -> None:
+        raise InvariantViolation(f"event {position} ({trace.events[position]!r}): {message}")
+
+    for position, event in enumerate(trace.events):
+        kind = event.kind
+        if kind == "pull":
+            pulls += 1
+            freed = finished if frees_on == "finish" else consumed
+            if window is not None and pulls > freed + window:
+                fail(position, f"back-pressure: pull {pulls} with only {freed} places freed")
+            if failure_seen:
+                fail(position, "fail fast: pulled after a failure")
+            if close_count:
+                fail(position, "close-out: pulled after the source was closed")
+        elif kind == "item":
+            items += 1
+            pulled.append(event.item)
+        elif kind == "error":
+            failure_seen = True
+        elif kind == "start":
+            if failure_seen:
+                fail(position, "fail fast: a run started after a failure")
+            if event.item not in pulled:
+                fail(position, "a run started for an item that was never pulled")
+            if event.item in started:
+                fail(position, "an item started twice")
+            started.append(event.item)
+            starts += 1
+            alive += 1
+            peak = max(peak, alive)
+            if window is not None and alive > window:
+                fail(position, f"window: {alive} runs alive with window {window}")
+        elif kind in ("finish", "fail", "cancel"):
+            alive -= 1
+            if kind == "finish":
+                finished += 1
+            elif kind == "fail":
+                failed += 1
+                failure_seen = True
+            else:
+                cancelled += 1
+        elif kind == "consume":
+            consumed += 1
+        elif kind == "close":
+            close_count += 1
+            if alive and not drained:
+                fail(position, f"close-out: closed with {alive} runs still alive")
+    if close_count != closes:
+        raise InvariantViolation(f"close-out: closed {close_count} times, expected {closes}")
+    return TraceSummary(pulls, items, starts, finished, failed, cancelled, peak, close_count)
