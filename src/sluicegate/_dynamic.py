@@ -1,11 +1,326 @@
-"""Placeholder: dynamic sources land with issue 4."""
+"""Dynamic sources: work that grows from its own results while it runs.
 
-from typing import Any
+A :class:`SampleSource` is handed to :func:`~sluicegate.run_stream` or
+:func:`~sluicegate.open_stream` like any other source. The dispatcher sees its
+``bind_run`` method (the :class:`~sluicegate._runner.BindsRun` protocol) and
+uses the pair it returns: a :class:`_SampleStream`, which hands out buffered
+work and asks :meth:`SampleSource.next` only when nothing is running, and a
+wrapped ``run`` that tells the stream when each run has finished and what it
+asked for next.
+
+The dispatcher pulls only when a window place is free, so the stream never
+needs to know the window: it only decides *what* to hand out and when to
+wait.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextvars import ContextVar
+from typing import Any, Generic, TypeVar
+
+import trio
+
+__all__ = ["SampleSource", "enqueue"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# The stream whose run is executing in this context. trio copies the context
+# into every task a run spawns, so enqueue() works from those tasks too, and a
+# nested stream's runs shadow the outer one only for their own duration.
+_current_stream: ContextVar[_SampleStream[Any, Any] | None] = ContextVar(
+    "sluicegate_current_sample_stream", default=None
+)
 
 
-class SampleSource:
-    pass
+class SampleSource(Generic[T, R]):
+    """A source whose work grows from its results while the stream runs.
+
+    Subclass it and override any of :meth:`initial`, :meth:`next` and
+    :meth:`on_complete`, or build one from plain callables with
+    :meth:`from_items`. Then pass it as the ``source`` of
+    :func:`~sluicegate.run_stream` or :func:`~sluicegate.open_stream`; runs of
+    the stream may also add work with :func:`~sluicegate.enqueue`.
+
+    How the work is dispatched:
+
+    * Items from :meth:`initial`, from :meth:`on_complete` and from
+      :func:`~sluicegate.enqueue` are buffered in the order they were added
+      and start as soon as a window place is free, while other runs are
+      still going.
+    * :meth:`next` is awaited only when nothing is running and nothing is
+      buffered, so no item that could still produce work is overlooked.
+      ``[]`` from it means "nothing yet, ask again when idle"; ``None``
+      ends the source. Work added while :meth:`next` is awaited (by a task
+      a run left behind) is handed out once it returns, even if it returned
+      ``None``.
+    * The stream ends when :meth:`next` has returned ``None`` and nothing is
+      running or buffered.
+    * An exception from :meth:`initial` or :meth:`next` fails the stream as
+      a failing source does; one from :meth:`on_complete` fails it as a
+      failing run does. Either way it surfaces as itself through the
+      runner's fail-fast.
+
+    A source may be passed to several streams, one after another or at the
+    same time; each stream keeps its own buffer and counts. Nothing is kept
+    per finished item.
+    """
+
+    def initial(self) -> Sequence[T]:
+        """The seed: items to run first. Called once per stream, at its first pull.
+
+        Returns:
+            The items, possibly none (the default).
+        """
+        return ()
+
+    async def next(self) -> Sequence[T] | None:
+        """More work, asked for only when the stream is idle. May block.
+
+        Returns:
+            Items to run; ``[]`` to be asked again at the next idle moment;
+            ``None`` (the default) to end the source.
+        """
+        return None
+
+    async def on_complete(self, item: T, result: R) -> Sequence[T] | None:
+        """See a finished run and return follow-up work.
+
+        Called in the run's own task right after ``run(item)`` returned
+        ``result``, and counted as part of that run: it occupies the run's
+        window place, and :meth:`next` is not asked while it is pending.
+        It is not called for a run that raised.
+
+        Returns:
+            Items to run next (they start on free places at once), or
+            ``None`` (the default) for none.
+        """
+        return None
+
+    @staticmethod
+    def from_items(
+        initial: Iterable[T],
+        *,
+        next: Callable[[], Awaitable[Sequence[T] | None]] | None = None,
+        on_complete: Callable[[T, R], Awaitable[Sequence[T] | None]] | None = None,
+    ) -> SampleSource[T, R]:
+        """Build a source from a seed and optional async callables, without subclassing.
+
+        Args:
+            initial: The seed items; copied once, so every stream gets them all.
+            next: An async function standing in for :meth:`next`; without it
+                the source ends once the seed and its follow-ups are done.
+            on_complete: An async function ``(item, result)`` standing in for
+                :meth:`on_complete`.
+
+        Returns:
+            A new :class:`SampleSource`.
+
+        Raises:
+            TypeError: if ``next`` or ``on_complete`` is given but not callable.
+        """
+        for name, fn in (("next", next), ("on_complete", on_complete)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be an async callable or None, not {fn!r}")
+        return _ItemsSource(tuple(initial), next, on_complete)
+
+    def bind_run(
+        self, run: Callable[[T], Awaitable[R]], /
+    ) -> tuple[AsyncIterator[T], Callable[[T], Awaitable[R]]]:
+        """Bind this source to one stream; the dispatcher calls this for you.
+
+        Args:
+            run: The stream's ``run``.
+
+        Returns:
+            An async iterator of the items to run, with ``aclose()``, and a
+            ``run`` that wraps the given one. Each call returns a fresh pair
+            with its own state.
+        """
+        stream = _SampleStream(self, run)
+        return stream, stream.run
+
+
+class _ItemsSource(SampleSource[T, R]):
+    """What :meth:`SampleSource.from_items` returns."""
+
+    def __init__(
+        self,
+        initial: tuple[T, ...],
+        next: Callable[[], Awaitable[Sequence[T] | None]] | None,
+        on_complete: Callable[[T, R], Awaitable[Sequence[T] | None]] | None,
+    ) -> None:
+        self._initial = initial
+        self._next = next
+        self._on_complete = on_complete
+
+    def initial(self) -> Sequence[T]:
+        return self._initial
+
+    async def next(self) -> Sequence[T] | None:
+        if self._next is None:
+            return None
+        return await self._next()
+
+    async def on_complete(self, item: T, result: R) -> Sequence[T] | None:
+        if self._on_complete is None:
+            return None
+        return await self._on_complete(item, result)
+
+    def __repr__(self) -> str:
+        return f"<SampleSource.from_items seed={len(self._initial)}>"
+
+
+class _SampleStream(Generic[T, R]):
+    """One binding of a :class:`SampleSource` to a stream: its buffer and counts.
+
+    ``in_flight`` counts items from the moment they are handed out until their
+    wrapped run (``on_complete`` included) is over. Counting from the handout,
+    not from the run's start, matters with ``window=None``: there the
+    dispatcher spawns the run and pulls again before the run has started, and
+    that pull must not mistake the stream for idle.
+    """
+
+    def __init__(self, source: SampleSource[T, R], run: Callable[[T], Awaitable[R]]) -> None:
+        self._source = source
+        self._run = run
+        self._buffer: collections.deque[T] = collections.deque()
+        self._seeded = False
+        self._in_flight = 0
+        self._source_done = False  # next() has returned None
+        self._ended = False  # __anext__ has reported the end
+        self._closed = False
+        self._pulling = False
+        # At most one task pulls at a time (the dispatcher serialises pulls), so
+        # this lot holds at most one parked puller.
+        self._wakeup = trio.lowlevel.ParkingLot()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` has been called."""
+        return self._closed
+
+    @property
+    def in_flight(self) -> int:
+        """Items handed out whose wrapped run is not over yet."""
+        return self._in_flight
+
+    @property
+    def buffered(self) -> int:
+        """Items added but not handed out yet."""
+        return len(self._buffer)
+
+    def __aiter__(self) -> _SampleStream[T, R]:
+        return self
+
+    async def __anext__(self) -> T:
+        if self._pulling:
+            raise RuntimeError("a SampleSource stream was pulled by two tasks at once")
+        self._pulling = True
+        try:
+            return await self._pull()
+        finally:
+            self._pulling = False
+
+    async def _pull(self) -> T:
+        parked = False
+        while True:
+            # Every pass yields (a park counts), so a source whose next() keeps
+            # returning [] without blocking can still be cancelled. Nothing is
+            # taken from the buffer before this point, so a cancellation here
+            # loses no item.
+            if not parked:
+                await trio.lowlevel.checkpoint()
+            parked = False
+            if self._closed:
+                raise StopAsyncIteration
+            if not self._seeded:
+                self._seeded = True
+                self._add(self._source.initial())
+            if self._buffer:
+                self._in_flight += 1
+                return self._buffer.popleft()
+            if self._in_flight:
+                # A running item may still add work; wait for it to do so or
+                # for the last one to finish.
+                await self._wakeup.park()
+                parked = True
+                continue
+            if self._source_done:
+                self._ended = True
+                raise StopAsyncIteration
+            more = await self._source.next()
+            if more is None:
+                self._source_done = True
+            else:
+                self._add(more)
+
+    def _add(self, items: Iterable[T]) -> None:
+        if self._closed:
+            # A drain (or a failure) closed the stream while runs were still
+            # finishing: no further work is admitted.
+            return
+        before = len(self._buffer)
+        self._buffer.extend(items)
+        if len(self._buffer) != before:
+            self._wakeup.unpark_all()
+
+    def enqueue(self, items: tuple[T, ...]) -> None:
+        if self._ended:
+            raise RuntimeError(
+                "enqueue() after its SampleSource stream has ended: the items would never run"
+            )
+        self._add(items)
+
+    async def run(self, item: T) -> R:
+        token = _current_stream.set(self)
+        try:
+            result = await self._run(item)
+            more = await self._source.on_complete(item, result)
+            if more is not None:
+                self._add(more)
+            return result
+        finally:
+            _current_stream.reset(token)
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._wakeup.unpark_all()
+
+    async def aclose(self) -> None:
+        """Stop handing out work and drop what is buffered. Idempotent."""
+        self._closed = True
+        self._buffer.clear()
+        self._wakeup.unpark_all()
+        await trio.lowlevel.checkpoint()
+
+    def __repr__(self) -> str:
+        return (
+            f"<SampleSource stream in_flight={self._in_flight} "
+            f"buffered={len(self._buffer)} closed={self._closed}>"
+        )
 
 
 def enqueue(*items: Any) -> None:
-    raise NotImplementedError
+    """Add work to the :class:`SampleSource` stream whose run is calling this.
+
+    Works at any depth of the run's call stack and from tasks the run spawns.
+    The items are buffered after anything added before them and start as soon
+    as window places are free. After a drain has closed the stream they are
+    dropped, as a drain admits no further work.
+
+    Args:
+        items: The items to add.
+
+    Raises:
+        RuntimeError: when not called from inside a run of a ``SampleSource``
+            stream, or when that stream has already ended.
+    """
+    stream = _current_stream.get()
+    if stream is None:
+        raise RuntimeError(
+            "sluicegate.enqueue() must be called from inside a run of a SampleSource "
+            "(a run started by run_stream/open_stream with a SampleSource as the source)"
+        )
+    stream.enqueue(items)
