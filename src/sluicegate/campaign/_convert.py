@@ -1,0 +1,136 @@
+"""The one cattrs converter of the campaign subpackage, and readable errors.
+
+Every JSON file the campaign reads or writes (plans, job requests and
+results, reports, the run manifest) goes through :data:`converter`, so money
+is always a string in JSON and a :class:`~decimal.Decimal` in Python, and an
+invalid file is refused with messages that name the offending field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, TypeVar
+
+import cattrs
+from cattrs.v import format_exception, transform_error
+
+__all__ = ["CampaignFileError", "converter", "dump_json", "load_json", "write_json_atomic"]
+
+T = TypeVar("T")
+
+converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def _structure_decimal(value: object, _: type) -> Decimal:
+    # A JSON float would already have lost precision by the time it got here;
+    # load_json parses floats as Decimal, so only a Python float is refused.
+    if isinstance(value, (bool, float)):
+        raise TypeError(f"money must be a string or an integer, not {value!r}")
+    if isinstance(value, Decimal):
+        result = value
+    elif isinstance(value, (int, str)):
+        try:
+            result = Decimal(value)
+        except InvalidOperation:
+            raise ValueError(f"not a decimal amount: {value!r}") from None
+    else:
+        raise TypeError(f"money must be a string or an integer, not {value!r}")
+    if not result.is_finite():
+        raise ValueError(f"not a finite amount: {value!r}")
+    return result
+
+
+converter.register_structure_hook(Decimal, _structure_decimal)
+converter.register_unstructure_hook(Decimal, str)
+
+
+class CampaignFileError(ValueError):
+    """A JSON file of the campaign (a plan, a report, a result) is invalid.
+
+    Attributes:
+        path: The file.
+        problems: One readable line per problem, each naming the field.
+    """
+
+    def __init__(self, path: Path | str, problems: list[str]) -> None:
+        self.path = Path(path)
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{path}: invalid\n{lines}")
+
+
+def _format(exc: BaseException, type_: type | None) -> str:
+    text = format_exception(exc, type_)
+    # cattrs says only "invalid value" for an error raised by an attrs
+    # validator; the validator's own message is the useful part.
+    if text == "invalid value" or text.startswith("invalid value for type"):
+        return f"{text}: {exc}"
+    return text
+
+
+def load_json(path: Path | str, cls: type[T], *, root: str = "$") -> T:
+    """Read ``path`` as JSON and structure it as ``cls``.
+
+    Args:
+        path: The file to read.
+        cls: The attrs class to build.
+        root: The name used for the document's root in error messages.
+
+    Returns:
+        The structured value.
+
+    Raises:
+        CampaignFileError: the file is not JSON, or does not fit ``cls``;
+            each problem names the field, e.g. ``plan.candidates[2].key``.
+        OSError: the file cannot be read.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text, parse_float=Decimal)
+    except json.JSONDecodeError as exc:
+        raise CampaignFileError(path, [f"not valid JSON: {exc}"]) from None
+    return structure(data, cls, path=path, root=root)
+
+
+def structure(data: Any, cls: type[T], *, path: Path | str, root: str = "$") -> T:
+    """Structure already-parsed JSON ``data`` as ``cls``, with readable errors.
+
+    Raises:
+        CampaignFileError: as for :func:`load_json`.
+    """
+    try:
+        return converter.structure(data, cls)
+    except Exception as exc:
+        problems = transform_error(exc, path=root, format_exception=_format)
+        raise CampaignFileError(path, problems) from exc
+
+
+def dump_json(value: object) -> str:
+    """``value`` unstructured and rendered as indented, key-sorted JSON."""
+    return json.dumps(converter.unstructure(value), indent=2, sort_keys=True) + "\n"
+
+
+def write_json_atomic(path: Path, value: object, *, mode: int = 0o644) -> None:
+    """Write ``value`` as JSON to ``path`` so that readers see old or new, never half.
+
+    The text goes to a temporary file in the same directory, is flushed to
+    disk, and is renamed over ``path``.
+    """
+    text = dump_json(value)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,243 @@
+"""The budget ledger: nested limits, micro-units, holds, and several writers at once."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluicegate.campaign._cli import register
+from sluicegate.campaign._ledger import (
+    BudgetRefused,
+    Ledger,
+    LedgerError,
+    LedgerMissing,
+    format_money,
+    to_micros,
+)
+
+D = Decimal
+
+
+def main(argv: list[str]) -> int:
+    """The ledger commands as ``sluicegate`` wires them (through ``register``)."""
+    parser = argparse.ArgumentParser(prog="sluicegate")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    status: int = args.handler(args)
+    return status
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    ledger = Ledger.create(tmp_path / "ledger.db", D("100"))
+    ledger.open_scope(["camp"], D("10"))
+    ledger.open_scope(["camp", "a"], D("4"))
+    return ledger
+
+
+def test_amounts_are_stored_in_micro_units_rounded_up(ledger: Ledger) -> None:
+    assert to_micros(D("1.0000001")) == 1_000_001
+    assert to_micros(D("0")) == 0
+    rid = ledger.reserve(["camp", "a"], D("0.0000001"))
+    assert ledger.reservations(["camp"])[0].amount == D("0.000001")
+    ledger.settle(rid, D("0.5"))
+    assert ledger.usage(["camp"]).settled == D("0.5")
+
+
+def test_floats_and_negative_amounts_are_refused(ledger: Ledger) -> None:
+    with pytest.raises(TypeError, match="Decimal"):
+        ledger.reserve(["camp"], 1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="non-negative"):
+        ledger.reserve(["camp"], D("-1"))
+    assert ledger.reservations() == []
+
+
+def test_refusal_names_the_scope_without_room(ledger: Ledger) -> None:
+    ledger.reserve(["camp", "a"], D("3"))
+    with pytest.raises(BudgetRefused) as info:
+        ledger.reserve(["camp", "a", "stage"], D("1.5"))
+    assert info.value.scope == ("camp", "a")
+    assert info.value.remaining == D("1")
+    assert "camp/a" in str(info.value)
+    # A sibling candidate is limited by the campaign scope instead.
+    ledger.reserve(["camp", "b"], D("7"))
+    with pytest.raises(BudgetRefused) as info:
+        ledger.reserve(["camp", "b"], D("0.5"))
+    assert info.value.scope == ("camp",)
+    assert len(ledger.reservations()) == 2
+
+
+def test_settle_releases_the_rest_and_an_overrun_blocks_every_scope_it_crosses(
+    ledger: Ledger,
+) -> None:
+    ledger.open_scope(["other"], None)
+    rid = ledger.reserve(["camp", "a"], D("2"))
+    ledger.settle(rid, D("1.25"))
+    assert ledger.usage(["camp", "a"]).remaining == D("2.75")
+    rid = ledger.reserve(["camp", "a"], D("2"))
+    ledger.settle(rid, D("5"))  # an overrun: more than reserved and than the limit
+    usage = ledger.usage(["camp", "a"])
+    assert usage.settled == D("6.25")
+    assert usage.remaining == D("-2.25")
+    with pytest.raises(BudgetRefused) as info:
+        ledger.reserve(["camp", "a"], D("0"))
+    assert info.value.scope == ("camp", "a")
+    # The campaign scope still has room: 10 - 6.25.
+    ledger.reserve(["camp", "b"], D("3.75"))
+    with pytest.raises(BudgetRefused):
+        ledger.reserve(["camp", "b"], D("0.01"))
+    # A scope the overrun did not push over is unaffected.
+    ledger.reserve(["other"], D("50"))
+    with pytest.raises(LedgerError, match="already settled"):
+        ledger.settle(rid, D("1"))
+
+
+def test_uncertain_keeps_its_hold_until_settled(ledger: Ledger) -> None:
+    rid = ledger.reserve(["camp", "a"], D("4"))
+    ledger.mark_uncertain(rid)
+    usage = ledger.usage(["camp", "a"])
+    assert (usage.reserved, usage.uncertain, usage.remaining) == (D(0), D(4), D(0))
+    with pytest.raises(BudgetRefused):
+        ledger.reserve(["camp", "a"], D("0.01"))
+    ledger.settle(rid, D("1"))
+    assert ledger.usage(["camp", "a"]).remaining == D("3")
+
+
+def test_scopes_keep_their_limits(ledger: Ledger) -> None:
+    ledger.open_scope(["camp"], D("10"))  # the same again: fine
+    with pytest.raises(LedgerError, match=r"already exists with limit 10\.00"):
+        ledger.open_scope(["camp"], D("11"))
+    with pytest.raises(LedgerError, match="global"):
+        ledger.open_scope([], D("1"))
+    with pytest.raises(ValueError, match="scope parts"):
+        ledger.reserve(["a/b"], D("1"))
+
+
+def test_missing_ledger_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(LedgerMissing, match="ledger init"):
+        Ledger(tmp_path / "nope.db")
+    assert not (tmp_path / "nope.db").exists()
+    (tmp_path / "junk.db").write_text("not sqlite")
+    with pytest.raises(LedgerError, match="not a sluicegate ledger"):
+        Ledger(tmp_path / "junk.db")
+
+
+def test_cli_init_show_raise(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(tmp_path / "l.db")
+    assert main(["ledger", "init", path, "--limit", "200.00"]) == 0
+    assert main(["ledger", "init", path, "--limit", "300"]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert Ledger(path).usage().limit == D("200")
+
+    ledger = Ledger(path)
+    ledger.open_scope(["camp"], D("20"))
+    ledger.mark_uncertain(ledger.reserve(["camp", "k"], D("1.5")))
+    ledger.settle(ledger.reserve(["camp", "k"], D("3")), D("2.25"))
+    ledger.reserve(["camp", "j"], D("0.1"))
+    capsys.readouterr()
+    assert main(["ledger", "show", path]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["scope", "limit", "reserved", "settled", "uncertain", "remaining"]
+    table = {line.split()[0]: line.split()[1:] for line in lines[1:]}
+    assert table["global"] == ["200.00", "0.10", "2.25", "1.50", "196.15"]
+    assert table["camp"] == ["20.00", "0.10", "2.25", "1.50", "16.15"]
+    assert table["camp/k"] == ["-", "0.00", "2.25", "1.50", "-"]
+
+    assert main(["ledger", "raise", path, "--limit", "150", "--reason", "less"]) == 2
+    assert "does not raise" in capsys.readouterr().err
+    assert main(["ledger", "raise", path, "--limit", "250", "--reason", "approved"]) == 0
+    assert Ledger(path).usage().limit == D("250")
+    assert Ledger(path).limit_changes()[-1] == (D("200"), D("250"), "approved")
+
+    assert main(["ledger", "show", str(tmp_path / "missing.db")]) == 2
+    assert "ledger init" in capsys.readouterr().err
+
+
+def test_cli_refuses_float_garbage(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        main(["ledger", "init", str(tmp_path / "l.db"), "--limit", "lots"])
+    assert not (tmp_path / "l.db").exists()
+
+
+_RESERVER = """
+import sys
+from decimal import Decimal
+from sluicegate.campaign._ledger import BudgetRefused, Ledger
+ledger = Ledger(sys.argv[1])
+won = 0
+for _ in range(int(sys.argv[2])):
+    try:
+        ledger.reserve(["camp", sys.argv[3]], Decimal("0.75"))
+        won += 1
+    except BudgetRefused:
+        pass
+print(won)
+"""
+
+
+async def test_four_processes_reserving_at_once_never_exceed_the_cap(tmp_path: Path) -> None:
+    ledger = Ledger.create(tmp_path / "l.db", D("1000"))
+    ledger.open_scope(["camp"], D("7.5"))  # room for exactly ten reservations of 0.75
+    outputs: list[bytes] = []
+
+    async def reserver(name: str) -> None:
+        cmd = [sys.executable, "-c", _RESERVER, str(ledger.path), "6", name]
+        done = await trio.run_process(cmd, capture_stdout=True)
+        outputs.append(done.stdout)
+
+    async with trio.open_nursery() as nursery:
+        for name in "abcd":
+            nursery.start_soon(reserver, name)
+    assert sum(int(out) for out in outputs) == 10
+    assert ledger.usage(["camp"]).reserved == D("7.5")
+    assert len(ledger.reservations()) == 10
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["reserve", "settle", "uncertain"]),
+            st.sampled_from(["a", "b"]),
+            st.decimals(min_value=0, max_value=6, places=3),
+        ),
+        max_size=15,
+    )
+)
+def test_holds_match_a_model_and_reservations_never_cross_a_limit(
+    ops: list[tuple[str, str, Decimal]],
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = Ledger.create(Path(tmp) / "l.db", D("12"))
+        ledger.open_scope(["c"], D("8"))
+        open_ids: list[int] = []
+        held: dict[int, Decimal] = {}
+        for op, key, amount in ops:
+            if op == "reserve":
+                before = sum(held.values(), D(0))
+                try:
+                    rid = ledger.reserve(["c", key], amount)
+                except BudgetRefused:
+                    assert before + amount > D("8")
+                else:
+                    assert before + amount <= D("8")
+                    open_ids.append(rid)
+                    held[rid] = amount
+            elif open_ids:
+                rid = open_ids.pop(0)
+                if op == "settle":
+                    ledger.settle(rid, amount)
+                    held[rid] = amount
+                else:
+                    ledger.mark_uncertain(rid)
+            assert ledger.usage(["c"]).used == sum(held.values(), D(0))
+            assert ledger.usage().used == ledger.usage(["c"]).used
+        assert format_money(ledger.usage().limit) == "12.00"
