@@ -1,7 +1,190 @@
-"""Placeholder: `take(source, n)` lands with issue 3."""
+"""``take(source, n)``: the next ``n`` items of a source, and not one more.
 
-from typing import Any
+A live feed may be waiting for an item that does not exist yet, so asking it
+for "one more, to see whether it has ended" can block forever. :class:`Take`
+therefore counts: once it has handed out ``n`` items it closes the source
+straight away and never pulls again. It owns the source it was given and
+closes it on every way out: exhausted, ``n`` reached, closed early by the
+consumer, or interrupted by an exception or a cancellation while pulling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from typing import Any, Generic, TypeVar
+
+import trio
+
+__all__ = ["Take", "take"]
+
+T = TypeVar("T")
+
+_END: Any = object()
 
 
-def take(source: Any, n: int) -> Any:
-    raise NotImplementedError
+def check_count(n: object, what: str) -> int:
+    """Return ``n`` if it is a count of items (an ``int >= 0``).
+
+    Raises:
+        TypeError: ``n`` is not an int (a bool is refused too).
+        ValueError: ``n`` is negative.
+    """
+    # bool is an int subclass, but take(feed, True) is always a mistake.
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{what} must be an int >= 0, not {n!r}")
+    if n < 0:
+        raise ValueError(f"{what} must be >= 0, got {n}")
+    return n
+
+
+async def close_source(source: object) -> None:
+    """Close ``source`` with its ``aclose()`` or ``close()``, if it has one.
+
+    Closing is shielded from cancellation, so cleanup in an async generator's
+    ``finally`` runs to the end even when the caller is being cancelled.
+
+    Raises:
+        Exception: whatever closing raised.
+    """
+    aclose = getattr(source, "aclose", None)
+    if aclose is not None:
+        with trio.CancelScope(shield=True):
+            await aclose()
+        return
+    close = getattr(source, "close", None)
+    if close is not None:
+        close()
+
+
+async def close_after(source: object, exc: BaseException) -> None:
+    """Close ``source`` because ``exc`` is on its way out; never masks ``exc``.
+
+    A failure while closing is kept as a note on ``exc`` rather than raised in
+    its place, so the caller still sees the exception that ended the stream.
+    """
+    try:
+        await close_source(source)
+    except Exception as close_exc:
+        exc.add_note(f"sluicegate: closing the source also failed: {close_exc!r}")
+
+
+class Take(Generic[T]):
+    """The async iterator :func:`take` returns; see there for the promises.
+
+    Use it with ``async for``. Wrap it in :func:`contextlib.aclosing` (or hand
+    it to :func:`~sluicegate.run_stream`, which closes its source) when the
+    loop may stop before the end, so that the source is closed at once.
+    """
+
+    def __init__(self, source: AsyncIterable[T] | Iterable[T], n: int) -> None:
+        self._remaining = check_count(n, "n")
+        self._aiter: AsyncIterator[T] | None = None
+        self._iter: Iterator[T] | None = None
+        # Asking for the iterator does not start a generator or a feed; the
+        # first pull does, and n == 0 never makes one.
+        if isinstance(source, AsyncIterable):
+            self._aiter = aiter(source)
+        elif isinstance(source, Iterable):
+            self._iter = iter(source)
+        else:
+            raise TypeError(
+                f"take() needs an iterable or async iterable, not {type(source).__name__}"
+            )
+        self._closed = False
+        self._pulling = False
+
+    @property
+    def remaining(self) -> int:
+        """How many more items this iterator may still hand out."""
+        return 0 if self._closed else self._remaining
+
+    def __aiter__(self) -> Take[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        """Pull and return the next item.
+
+        Raises:
+            StopAsyncIteration: ``n`` items have been handed out, the source
+                has ended, or the iterator was closed. The source is closed
+                by then.
+            trio.BusyResourceError: another task is pulling from this
+                iterator right now.
+            BaseException: whatever the source raised while pulling,
+                cancellation included, after the source has been closed.
+        """
+        if self._pulling:
+            raise trio.BusyResourceError("another task is already pulling from this take()")
+        if self._closed or self._remaining == 0:
+            await self.aclose()
+            raise StopAsyncIteration
+        self._pulling = True
+        try:
+            if self._aiter is not None:
+                item = await anext(self._aiter, _END)
+            else:
+                assert self._iter is not None
+                # A sync source never yields to trio by itself; checkpoint so
+                # a loop over it stays cancellable and fair to other tasks.
+                await trio.lowlevel.checkpoint()
+                item = next(self._iter, _END)
+        except BaseException as exc:
+            self._closed = True
+            await close_after(self._source, exc)
+            raise
+        finally:
+            self._pulling = False
+        if item is _END:
+            await self.aclose()
+            raise StopAsyncIteration
+        self._remaining -= 1
+        if self._remaining == 0:
+            # Release the source as soon as the last wanted item is in hand,
+            # rather than whenever the consumer next asks.
+            await self.aclose()
+        return item
+
+    @property
+    def _source(self) -> object:
+        return self._aiter if self._aiter is not None else self._iter
+
+    async def aclose(self) -> None:
+        """Close the source (once; later calls do nothing) and end iteration.
+
+        Raises:
+            Exception: whatever closing the source raised, the first time.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        await close_source(self._source)
+
+
+def take(source: AsyncIterable[T] | Iterable[T], n: int) -> Take[T]:
+    """An async iterator over the next ``n`` items of ``source``.
+
+    The promises:
+
+    * it hands out at most ``n`` items, fewer if ``source`` ends first;
+    * it never pulls an ``(n+1)``-th item: after the ``n``-th it closes the
+      source instead of asking it whether it has ended;
+    * ``n == 0`` never starts the source (its ``__anext__`` is never called);
+    * it owns ``source`` and closes it (``aclose()``, or ``close()`` for a
+      sync generator) exactly once on every exit: exhausted, ``n`` reached,
+      the consumer calling :meth:`Take.aclose`, or an exception or a
+      cancellation arriving while it pulls. Closing is shielded from
+      cancellation.
+
+    Args:
+        source: An async iterable (a live feed, an async generator, a trio
+            receive channel) or a sync iterable.
+        n: How many items to take, an ``int >= 0``.
+
+    Returns:
+        A :class:`Take`: an async iterator with an ``aclose()`` method.
+
+    Raises:
+        TypeError: ``n`` is not an int, or ``source`` is not iterable.
+        ValueError: ``n`` is negative.
+    """
+    return Take(source, n)
