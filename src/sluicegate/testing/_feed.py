@@ -105,30 +105,26 @@ class ScriptedFeed(Generic[T]):
         position = self.pulls
         self.pulls += 1
         self._record("pull")
-        try:
-            gap = self._gaps.get(position)
-            if gap:
-                await trio.sleep(gap)
-            else:
-                await trio.lowlevel.checkpoint()
-            while not self._queue:
-                self.parked = True
-                self._parked_waiters.unpark_all()
-                try:
-                    await self._arrived.park()
-                finally:
-                    self.parked = False
-            head = self._queue[0]
-            if head is _END:
-                self._record("end")
-                raise StopAsyncIteration
-            if isinstance(head, _Raise):
-                self._record("error")
-                raise head.exc
-            self._queue.popleft()
-        except trio.Cancelled:
-            self._record("cancel")
-            raise
+        gap = self._gaps.get(position)
+        if gap:
+            await trio.sleep(gap)
+        else:
+            await trio.lowlevel.checkpoint()
+        while not self._queue:
+            self.parked = True
+            self._parked_waiters.unpark_all()
+            try:
+                await self._arrived.park()
+            finally:
+                self.parked = False
+        head = self._queue[0]
+        if head is _END:
+            self._record("end")
+            raise StopAsyncIteration
+        if isinstance(head, _Raise):
+            self._record("error")
+            raise head.exc
+        self._queue.popleft()
         self.delivered += 1
         self._record("item", head)
         return head  # type: ignore[return-value]

@@ -111,7 +111,11 @@ def schedules(
             source_fail_at = draw(st.integers(0, count))
     ends = True
     if quiet and draw(st.booleans()):
-        ends = False
-        if failures and fail_at is None and source_fail_at is None and count:
+        if not failures:
+            ends = False
+        elif fail_at is not None or source_fail_at is not None:
+            ends = False
+        elif count:
+            ends = False
             fail_at = draw(st.integers(0, count - 1))
     return Schedule(durations, gaps, window, fail_at, source_fail_at, ends)

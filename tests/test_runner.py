@@ -1,0 +1,383 @@
+"""Named scenarios for run_stream and open_stream (DESIGN.md section 2)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from functools import partial
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from sluicegate import Done, Drain, open_stream, run_stream
+from sluicegate.testing import ProbeError, RunProbe, ScriptedFeed, ScriptedIter, Trace, check_trace
+
+
+async def test_window_two_with_gated_runs_pulls_exactly_two_until_one_finishes() -> None:
+    feed = ScriptedFeed(range(10), end=True)
+    probe: RunProbe[int] = RunProbe(gated=True)
+    async with trio.open_nursery() as nursery:
+        results: list[int] = []
+
+        async def consume() -> None:
+            results.extend(await run_stream(feed, probe, window=2))
+
+        nursery.start_soon(consume)
+        await probe.wait_started(2)
+        await trio.testing.wait_all_tasks_blocked()
+        assert feed.pulls == 2
+        assert probe.alive == 2
+
+        probe.release(1)
+        await probe.wait_started(3)
+        await trio.testing.wait_all_tasks_blocked()
+        assert feed.pulls == 3
+        assert probe.started == [0, 1, 2]
+
+        for item in range(10):
+            probe.release(item)
+        # Runs that start later were released above, so everything drains.
+    assert results == list(range(10))
+    assert feed.close_count == 1
+
+
+async def test_reverse_completion_order_still_returns_submission_order(autojump_clock: Any) -> None:
+    probe: RunProbe[int] = RunProbe(durations=lambda item: 10 - item, value=lambda item: item * 3)
+    results = await run_stream(range(10), probe, window=None)
+    assert probe.finished == list(range(9, -1, -1))
+    assert results == [item * 3 for item in range(10)]
+
+
+async def test_unordered_yields_in_completion_order(autojump_clock: Any) -> None:
+    probe: RunProbe[int] = RunProbe(durations=lambda item: 10 - item)
+    async with open_stream(range(10), probe, window=None, ordered=False) as results:
+        order = [done.index async for done in results]
+    assert order == list(range(9, -1, -1))
+
+
+@pytest.mark.parametrize("window", [2, None])
+async def test_failing_run_is_raised_while_the_feed_is_quiet(
+    autojump_clock: Any, window: int | None
+) -> None:
+    feed = ScriptedFeed([0])  # one item, then quiet forever
+    probe: RunProbe[int] = RunProbe(durations={0: 1.0}, fail=[0])
+    with trio.fail_after(5):
+        with pytest.raises(ProbeError) as info:
+            await run_stream(feed, probe, window=window)
+    assert trio.current_time() == pytest.approx(1.0)
+    assert info.value.__notes__ == ["sluicegate: raised by the run of item 0"]
+    assert feed.close_count == 1
+    assert feed.pulls == 2  # the parked pull was cancelled, not answered
+
+
+async def test_ordered_stream_raises_a_later_failure_while_an_earlier_item_runs(
+    autojump_clock: Any,
+) -> None:
+    probe: RunProbe[int] = RunProbe(durations={0: 100.0, 1: 1.0}, fail=[1])
+    feed = ScriptedFeed(range(2), end=True)
+    with trio.fail_after(50):
+        with pytest.raises(ProbeError):
+            async with open_stream(feed, probe, window=2) as results:
+                async for _ in results:
+                    pytest.fail("nothing should be delivered")
+    assert trio.current_time() == pytest.approx(1.0)
+    assert probe.cancelled == [0]
+    assert feed.close_count == 1
+
+
+async def test_window_one_over_fifty_items_never_has_two_alive(autojump_clock: Any) -> None:
+    probe: RunProbe[int] = RunProbe(durations=lambda item: item % 3)
+    trace = Trace()
+    source = ScriptedIter(range(50), trace=trace)
+    probe = RunProbe(durations=lambda item: item % 3, trace=trace)
+    assert await run_stream(source, probe, window=1) == list(range(50))
+    assert probe.peak == 1
+    check_trace(trace, window=1)
+
+
+async def test_outside_cancellation_while_the_source_is_parked_closes_it() -> None:
+    feed: ScriptedFeed[int] = ScriptedFeed()
+    probe: RunProbe[int] = RunProbe()
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(run_stream, feed, probe, window=None))
+            await feed.wait_parked()
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert feed.close_count == 1
+
+
+async def test_outside_cancellation_propagates_as_cancelled() -> None:
+    feed: ScriptedFeed[int] = ScriptedFeed([1, 2])
+    probe: RunProbe[int] = RunProbe(gated=True)
+    seen: list[BaseException] = []
+
+    async def call() -> None:
+        try:
+            await run_stream(feed, probe, window=4)
+        except BaseException as exc:
+            seen.append(exc)
+            raise
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        await probe.wait_started(2)
+        nursery.cancel_scope.cancel()
+    assert len(seen) == 1
+    assert type(seen[0]) is trio.Cancelled
+    assert sorted(probe.cancelled) == [1, 2]
+    assert feed.close_count == 1
+
+
+async def test_consumer_break_cancels_the_runs_and_closes_the_source(autojump_clock: Any) -> None:
+    feed = ScriptedFeed(range(100), end=True)
+    probe: RunProbe[int] = RunProbe(durations=lambda item: 1.0 + item)
+    async with open_stream(feed, probe, window=4) as results:
+        async for done in results:
+            if done.index == 2:
+                break
+    assert feed.close_count == 1
+    assert probe.alive == 0
+    assert len(probe.cancelled) >= 1
+    assert feed.pulls <= 3 + 4
+
+
+async def test_consumer_exception_propagates_as_itself(autojump_clock: Any) -> None:
+    feed = ScriptedFeed(range(100), end=True)
+    probe: RunProbe[int] = RunProbe(durations=lambda item: 1.0)
+
+    class Stop(Exception):
+        pass
+
+    with pytest.raises(Stop):
+        async with open_stream(feed, probe, window=3) as results:
+            async for _ in results:
+                raise Stop
+    assert feed.close_count == 1
+    assert probe.alive == 0
+
+
+async def test_slow_consumer_bounds_pulls_to_consumed_plus_window(autojump_clock: Any) -> None:
+    feed = ScriptedFeed(range(40), end=True)
+    probe: RunProbe[int] = RunProbe()
+    consumed = 0
+    async with open_stream(feed, probe, window=3) as results:
+        async for _ in results:
+            consumed += 1
+            await trio.sleep(10)
+            assert feed.pulls <= consumed + 3
+    assert consumed == 40
+    assert feed.pulls == 41
+
+
+async def test_drain_returns_the_finished_prefix_and_closes_the_source(autojump_clock: Any) -> None:
+    feed: ScriptedFeed[int] = ScriptedFeed(range(5))  # then quiet: only a drain can end it
+    drain = Drain()
+    probe: RunProbe[int] = RunProbe(durations=lambda item: 5.0 - item)
+
+    async def request_later() -> None:
+        await trio.sleep(2.5)
+        drain.request("test")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(request_later)
+        results = await run_stream(feed, probe, window=3, drain=drain)
+    # Items 0-2 start at t=0; 2 ends at t=3... but the drain at t=2.5 stops admission:
+    # nothing new is pulled and the three in flight run to completion.
+    assert results == [0, 1, 2]
+    assert probe.cancelled == []
+    assert feed.close_count == 1
+    assert drain.requested and drain.reason == "test"
+
+
+async def test_drain_closes_the_source_before_in_flight_runs_finish() -> None:
+    feed: ScriptedFeed[int] = ScriptedFeed(range(3))
+    probe: RunProbe[int] = RunProbe(gated=True)
+    drain = Drain()
+    results: list[int] = []
+
+    async def call() -> None:
+        results.extend(await run_stream(feed, probe, window=5, drain=drain))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        await probe.wait_started(3)
+        await feed.wait_parked()
+        drain.request()
+        await trio.testing.wait_all_tasks_blocked()
+        assert feed.close_count == 1
+        assert probe.alive == 3
+        probe.release_all()
+    assert results == [0, 1, 2]
+    assert feed.close_count == 1
+
+
+async def test_drain_requested_before_the_start_pulls_nothing() -> None:
+    feed = ScriptedFeed(range(3), end=True)
+    drain = Drain()
+    drain.request()
+    assert await run_stream(feed, RunProbe(), window=2, drain=drain) == []
+    assert feed.pulls == 0
+    assert feed.close_count == 1
+
+
+async def test_open_stream_hands_over_done_values() -> None:
+    async def double(item: int) -> int:
+        await trio.lowlevel.checkpoint()
+        return item * 2
+
+    async with open_stream([5, 6], double, window=1) as results:
+        got = [done async for done in results]
+    assert got == [Done(0, 5, 10), Done(1, 6, 12)]
+
+
+async def test_source_failure_is_raised_as_itself_with_the_index() -> None:
+    class Broken(Exception):
+        pass
+
+    feed = ScriptedFeed([0, 1], error=Broken("feed down"))
+    with pytest.raises(Broken) as info:
+        await run_stream(feed, RunProbe(), window=2)
+    assert info.value.__notes__ == ["sluicegate: raised by the source while pulling item 2"]
+    assert feed.close_count == 1
+
+
+async def test_runs_that_fail_before_the_cancel_lands_are_noted() -> None:
+    gate = trio.Event()
+
+    async def run(item: int) -> None:
+        await gate.wait()
+        raise ValueError(f"bad {item}")
+
+    async def open_gate() -> None:
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(open_gate)
+        with pytest.raises(ValueError) as info:
+            await run_stream(range(3), run, window=3)
+    # trio wakes a batch in no fixed order: whichever ran first is raised,
+    # and the two others are named in notes.
+    first = int(str(info.value).removeprefix("bad "))
+    others = sorted({0, 1, 2} - {first})
+    notes = info.value.__notes__
+    assert notes[0] == f"sluicegate: raised by the run of item {first}"
+    assert sorted(notes[1:]) == [
+        f"raised by the run of item {i}, also failed: ValueError('bad {i}')" for i in others
+    ]
+
+
+async def test_no_run_starts_after_a_failure() -> None:
+    trace = Trace()
+    feed = ScriptedFeed(range(20), end=True, trace=trace)
+    probe: RunProbe[int] = RunProbe(fail=[3], trace=trace)
+    with pytest.raises(ProbeError):
+        await run_stream(feed, probe, window=4)
+    summary = check_trace(trace, window=4)
+    assert summary.failed == 1
+
+
+async def test_end_of_stream_pull_waits_for_a_free_place() -> None:
+    feed = ScriptedFeed(range(2), end=True)
+    probe: RunProbe[int] = RunProbe(gated=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(run_stream, feed, probe, window=2))
+        await probe.wait_started(2)
+        await trio.testing.wait_all_tasks_blocked()
+        assert feed.pulls == 2  # the pull that would find the end has not happened
+        probe.release(0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert feed.pulls == 3
+        probe.release(1)
+
+
+async def test_an_async_generator_source_is_closed_and_its_cleanup_runs(
+    autojump_clock: Any,
+) -> None:
+    cleaned = trio.Event()
+
+    async def source() -> AsyncIterator[int]:
+        try:
+            yield 1
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(1)
+            cleaned.set()
+
+    async def boom(item: int) -> None:
+        await trio.sleep(1)
+        raise KeyError(item)
+
+    with pytest.raises(KeyError):
+        await run_stream(source(), boom, window=None)
+    assert cleaned.is_set()
+
+
+def test_keyboard_interrupt_propagates_as_itself() -> None:
+    async def run(item: int) -> None:
+        raise KeyboardInterrupt
+
+    async def main() -> None:
+        await run_stream(range(3), run, window=2)
+
+    with pytest.raises(KeyboardInterrupt):
+        trio.run(main)
+
+
+class _NotIterable:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("window", "error"),
+    [
+        (0, ValueError),
+        (-1, ValueError),
+        (1.5, TypeError),
+        ("4", TypeError),
+        (True, TypeError),
+    ],
+)
+@pytest.mark.parametrize("front", ["run_stream", "open_stream"])
+async def test_bad_window_is_refused_before_the_source_is_touched(
+    window: Any, error: type[Exception], front: str
+) -> None:
+    feed = ScriptedFeed(range(3), end=True)
+    with pytest.raises(error, match="window"):
+        if front == "run_stream":
+            await run_stream(feed, RunProbe(), window=window)
+        else:
+            async with open_stream(feed, RunProbe(), window=window):
+                pass
+    assert feed.pulls == 0
+    assert feed.close_count == 0
+
+
+async def test_non_iterable_source_is_refused() -> None:
+    with pytest.raises(TypeError, match="source"):
+        await run_stream(_NotIterable(), RunProbe(), window=2)  # type: ignore[arg-type]
+
+
+async def test_non_callable_run_is_refused_before_the_source_is_touched() -> None:
+    feed = ScriptedFeed(range(3), end=True)
+    with pytest.raises(TypeError, match="run"):
+        await run_stream(feed, "not callable", window=2)  # type: ignore[arg-type]
+    assert feed.pulls == 0
+
+
+async def test_bad_ordered_is_refused() -> None:
+    with pytest.raises(TypeError, match="ordered"):
+        async with open_stream([1], RunProbe(), window=1, ordered="yes"):  # type: ignore[arg-type]
+            pass
+
+
+async def test_empty_source() -> None:
+    feed: ScriptedFeed[int] = ScriptedFeed(end=True)
+    assert await run_stream(feed, RunProbe(), window=3) == []
+    assert feed.pulls == 1
+    assert feed.close_count == 1
+    async with open_stream([], RunProbe(), window=None) as results:
+        assert [done async for done in results] == []
