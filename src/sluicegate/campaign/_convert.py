@@ -27,10 +27,10 @@ converter = cattrs.Converter(forbid_extra_keys=True)
 
 
 def _structure_decimal(value: object, _: type) -> Decimal:
-    # A JSON float would already have lost precision by the time it got here;
-    # load_json parses floats as Decimal, so only a Python float is refused.
+    # A JSON float has already been rounded to binary by the parser, so money
+    # must be written as a string ("200.00") or an integer.
     if isinstance(value, (bool, float)):
-        raise TypeError(f"money must be a string or an integer, not {value!r}")
+        raise TypeError(f'write money as a string (e.g. "200.00"), not {value!r}')
     if isinstance(value, Decimal):
         result = value
     elif isinstance(value, (int, str)):
@@ -45,7 +45,20 @@ def _structure_decimal(value: object, _: type) -> Decimal:
     return result
 
 
+def _strict(kind: type) -> Any:
+    # cattrs would call int("2") or int(2.7), str(1), bool("no"); a plan that
+    # says "target": 2.7 is a mistake to report, not to round.
+    def structure(value: object, _: type) -> object:
+        if type(value) is not kind:
+            raise TypeError(f"expected {kind.__name__}, got {value!r}")
+        return value
+
+    return structure
+
+
 converter.register_structure_hook(Decimal, _structure_decimal)
+for _kind in (int, str, bool):
+    converter.register_structure_hook(_kind, _strict(_kind))
 converter.register_unstructure_hook(Decimal, str)
 
 
@@ -67,8 +80,11 @@ class CampaignFileError(ValueError):
 def _format(exc: BaseException, type_: type | None) -> str:
     text = format_exception(exc, type_)
     # cattrs says only "invalid value" for an error raised by an attrs
-    # validator; the validator's own message is the useful part.
-    if text == "invalid value" or text.startswith("invalid value for type"):
+    # validator; the validator's own message (which names the field) is the
+    # useful part.
+    if text == "invalid value":
+        return str(exc)
+    if text.startswith("invalid value for type"):
         return f"{text}: {exc}"
     return text
 
@@ -82,7 +98,9 @@ def load_json(path: Path | str, cls: type[T], *, root: str = "$") -> T:
         root: The name used for the document's root in error messages.
 
     Returns:
-        The structured value.
+        The structured value. JSON numbers keep their JSON types, so free-form
+        fields (a candidate's ``options``) reach the job exactly as written;
+        money fields refuse floats and take strings or integers.
 
     Raises:
         CampaignFileError: the file is not JSON, or does not fit ``cls``;
@@ -91,7 +109,7 @@ def load_json(path: Path | str, cls: type[T], *, root: str = "$") -> T:
     """
     text = Path(path).read_text(encoding="utf-8")
     try:
-        data = json.loads(text, parse_float=Decimal)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CampaignFileError(path, [f"not valid JSON: {exc}"]) from None
     return structure(data, cls, path=path, root=root)
