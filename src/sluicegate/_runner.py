@@ -122,7 +122,9 @@ def _check_arguments(source: object, run: object, window: object) -> None:
     if not callable(run):
         raise TypeError(f"run must be an async callable, not {run!r}")
     if not isinstance(source, (AsyncIterable, Iterable, BindsRun)):
-        raise TypeError(f"source must be an iterable or async iterable, not {type(source).__name__}")
+        raise TypeError(
+            f"source must be an iterable or async iterable, not {type(source).__name__}"
+        )
 
 
 class _Dispatch(Generic[T, R]):
@@ -325,6 +327,8 @@ class _Dispatch(Generic[T, R]):
 
     async def _run_one(self, index: int, item: T) -> None:
         try:
+            if self._failure is not None:
+                return  # spawned before a failure, first scheduled after it
             try:
                 value = await self._run(item)
             except Exception as exc:
@@ -394,12 +398,14 @@ class _Dispatch(Generic[T, R]):
 
     async def next_done(self) -> Done[T, R]:
         while True:
+            # No schedule point between taking a result and returning it: the
+            # worker whose place that frees must not pull before the consumer
+            # actually holds the result.
+            await trio.lowlevel.checkpoint_if_cancelled()
             done = self._next_ready()
             if done is not None:
-                await trio.lowlevel.checkpoint()
                 return done
             if self._live == 0:
-                await trio.lowlevel.checkpoint()
                 raise StopAsyncIteration
             await self._consumer_lot.park()
 
@@ -551,4 +557,3 @@ async def open_stream(
     await dispatch.finish(primary)
     if primary is not None:
         raise primary
-

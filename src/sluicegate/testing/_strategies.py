@@ -111,9 +111,7 @@ def schedules(
             source_fail_at = draw(st.integers(0, count))
     ends = True
     if quiet and draw(st.booleans()):
-        if not failures:
-            ends = False
-        elif fail_at is not None or source_fail_at is not None:
+        if not failures or fail_at is not None or source_fail_at is not None:
             ends = False
         elif count:
             ends = False
