@@ -35,10 +35,7 @@ __all__ = ["BindsRun", "Done", "Drain", "open_stream", "run_stream"]
 
 T = TypeVar("T")
 R = TypeVar("R")
-T_co = TypeVar("T_co", covariant=True)
-R_co = TypeVar("R_co", covariant=True)
 
-Source = AsyncIterable[T] | Iterable[T]
 Run = Callable[[T], Awaitable[R]]
 
 
@@ -101,7 +98,7 @@ class Drain:
 
 
 @runtime_checkable
-class BindsRun(Protocol[T_co, R_co]):
+class BindsRun(Protocol):
     """A source that must see its own runs (a :class:`~sluicegate.SampleSource`).
 
     The dispatcher hands such a source the ``run`` it was given and uses the
@@ -111,6 +108,9 @@ class BindsRun(Protocol[T_co, R_co]):
     """
 
     def bind_run(self, run: Any, /) -> tuple[AsyncIterator[Any], Any]: ...
+
+
+Source = AsyncIterable[T] | Iterable[T] | BindsRun
 
 
 def _check_arguments(source: object, run: object, window: object) -> None:
@@ -451,7 +451,7 @@ def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
 
 
 async def run_stream(
-    source: AsyncIterable[T] | Iterable[T],
+    source: AsyncIterable[T] | Iterable[T] | BindsRun,
     run: Callable[[T], Awaitable[R]],
     *,
     window: int | None,
@@ -513,7 +513,7 @@ class _Results(Generic[T, R]):
 
 @asynccontextmanager
 async def open_stream(
-    source: AsyncIterable[T] | Iterable[T],
+    source: AsyncIterable[T] | Iterable[T] | BindsRun,
     run: Callable[[T], Awaitable[R]],
     *,
     window: int | None,

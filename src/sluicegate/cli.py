@@ -16,7 +16,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import _demo
+    from ._demo import register as register_demo
     from .campaign import _cli as campaign_cli
     from .eval import _cli as eval_cli
 
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sluicegate {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    _demo.register(commands)
+    register_demo(commands)
     eval_cli.register(commands)
     campaign_cli.register(commands)
     return parser
