@@ -1,0 +1,69 @@
+"""An adaptive evaluation: a SampleSource that picks the next questions from the results.
+
+It probes how many digits a "model" can add reliably. Every question it
+answers right is followed by a harder one (one more digit); a wrong answer
+ends that line of questioning. Work grows while the run goes, so the total
+the progress display shows grows too; ``-n`` caps it.
+
+    sluicegate eval examples/adaptive.py:env -n 12 -r 2
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import tempfile
+from collections.abc import Sequence
+
+import trio
+
+from sluicegate import SampleSource, Task
+
+
+def question(digits: int, rng: random.Random) -> Task:
+    low, high = 10 ** (digits - 1), 10**digits - 1
+    a, b = rng.randint(low, high), rng.randint(low, high)
+    return Task(input=(a, b), target=a + b, metadata={"digits": digits})
+
+
+class Ladder(SampleSource[Task, int]):
+    """Three ladders start at one digit; each right answer adds a rung."""
+
+    def __init__(self, seed: int = 7) -> None:
+        self._rng = random.Random(seed)
+
+    def initial(self) -> Sequence[Task]:
+        return [question(1, self._rng) for _ in range(3)]
+
+    async def on_complete(self, task: Task, result: int) -> Sequence[Task] | None:
+        digits = task.metadata["digits"]
+        if result != task.target or digits >= 8:
+            return None
+        return [question(digits + 1, self._rng)]
+
+
+class Adder:
+    """A "model" that gets worse as the numbers get longer."""
+
+    name = "adaptive"
+    taskset = Ladder()
+
+    async def run(self, task: Task) -> int:
+        await trio.sleep(0.02)
+        a, b = task.input
+        slip = random.random() < 0.08 * task.metadata["digits"]
+        return int(a + b + (10 if slip else 0))
+
+    def score(self, task: Task, result: int) -> dict[str, float]:
+        return {"correct": float(result == task.target), "digits": task.metadata["digits"]}
+
+
+env = Adder()
+
+
+if __name__ == "__main__":
+    from sluicegate.cli import main
+
+    with tempfile.TemporaryDirectory() as out:
+        argv = ["eval", f"{__file__}:env", "-n", "5", "--display", "plain"]
+        sys.exit(main([*argv, "-o", f"{out}/run"]))

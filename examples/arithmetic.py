@@ -1,0 +1,52 @@
+"""A static taskset: 20 sums with known answers, run by a "model" that is wrong now and then.
+
+Run it as a script for a short self-contained eval, or point the command at it:
+
+    sluicegate eval examples/arithmetic.py:env -n 10 -r 3 -c 4
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import tempfile
+
+import trio
+
+from sluicegate import Task, Taskset
+
+
+class Sums(Taskset[Task]):
+    """Twenty additions; each task's target is the right answer."""
+
+    def load(self) -> list[Task]:
+        pairs = [(a, 3 * a + 1) for a in range(1, 21)]
+        return [Task(input=f"{a} + {b}", target=a + b) for a, b in pairs]
+
+
+class Arithmetic:
+    """The environment: a taskset, an async run, and a score."""
+
+    name = "arithmetic"
+    taskset = Sums()
+
+    async def run(self, task: Task) -> dict[str, object]:
+        # Stands in for a model call: a little latency, and an off-by-one now and then.
+        await trio.sleep(random.uniform(0.01, 0.05))
+        a, b = (int(part) for part in task.input.split(" + "))
+        answer = a + b + (1 if random.random() < 0.2 else 0)
+        return {"answer": answer}
+
+    def score(self, task: Task, result: dict[str, object]) -> float:
+        return 1.0 if result["answer"] == task.target else 0.0
+
+
+env = Arithmetic()
+
+
+if __name__ == "__main__":
+    from sluicegate.cli import main
+
+    with tempfile.TemporaryDirectory() as out:
+        argv = ["eval", f"{__file__}:env", "-n", "5", "-r", "2", "--display", "plain"]
+        sys.exit(main([*argv, "-o", f"{out}/run"]))

@@ -1,0 +1,77 @@
+"""Running counts and score means of an evaluation, shared by the log, the display and run.json."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from ._records import Counts, Row
+
+__all__ = ["Tally"]
+
+# The key a plain float score is averaged under.
+SCORE = "score"
+
+
+@attrs.define
+class Tally:
+    """Mutable counters of one run; cheap enough to update on every row.
+
+    Attributes:
+        planned: Rollouts planned so far, resumed ones included; it grows
+            while a stream or a ``SampleSource`` adds tasks.
+        growing: Whether ``planned`` may still grow.
+        ok: Ok rollouts, resumed ones included.
+        errors: Error rows written by this session.
+        resumed: Ok rollouts found on disk by ``--resume``.
+        running: Rollouts in flight now.
+        concurrency: The ``-c`` bound, for the display.
+        started: ``trio.current_time()`` at the start, for rate and elapsed.
+    """
+
+    planned: int = 0
+    growing: bool = False
+    ok: int = 0
+    errors: int = 0
+    resumed: int = 0
+    running: int = 0
+    concurrency: int = 1
+    started: float = 0.0
+    _sums: dict[str, float] = attrs.Factory(dict)
+    _counts: dict[str, int] = attrs.Factory(dict)
+
+    @property
+    def finished(self) -> int:
+        """Rollouts with a row (ok or error), resumed ones included."""
+        return self.ok + self.errors
+
+    def add(self, row: Row) -> None:
+        """Count a finished rollout."""
+        if row.status != "ok":
+            self.errors += 1
+            return
+        self.ok += 1
+        score = row.score
+        if score is None:
+            return
+        items: Iterable[tuple[str, float]] = (
+            score.items() if isinstance(score, Mapping) else ((SCORE, score),)
+        )
+        for key, value in items:
+            self._sums[key] = self._sums.get(key, 0.0) + value
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def add_resumed(self, rows: Iterable[Row]) -> None:
+        """Count the ok rows an earlier session left (they are not re-run)."""
+        for row in rows:
+            self.add(row)
+            self.resumed += 1
+
+    def means(self) -> dict[str, float]:
+        """The mean of each score key over the ok rollouts that have it."""
+        return {key: self._sums[key] / self._counts[key] for key in sorted(self._sums)}
+
+    def counts(self) -> Counts:
+        """The counts for ``run.json``."""
+        return Counts(planned=self.planned, ok=self.ok, error=self.errors, resumed=self.resumed)

@@ -1,0 +1,153 @@
+"""Resolve ``TARGET`` (``path/to/file.py:NAME`` or ``package.module:NAME``) to an environment."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import attrs
+
+from .._dynamic import SampleSource
+from .._taskset import Taskset
+from ._config import UsageError
+
+__all__ = ["Environment", "as_environment", "resolve_target"]
+
+
+@attrs.frozen
+class Environment:
+    """What ``sluicegate eval`` runs: the parts it found on the target object.
+
+    Attributes:
+        name: A short name for the output directory and the display.
+        taskset: A :class:`~sluicegate.Taskset` or a :class:`~sluicegate.SampleSource`.
+        run: ``async run(task) -> result``.
+        score: Optional ``score(task, result) -> float | Mapping[str, float]``
+            (it may be async).
+        serving: Optional zero-argument callable returning an async context
+            manager, held open for the whole run.
+    """
+
+    name: str
+    taskset: Taskset[Any] | SampleSource[Any, Any]
+    run: Callable[[Any], Awaitable[Any]]
+    score: Callable[[Any, Any], Any] | None = None
+    serving: Callable[[], AbstractAsyncContextManager[Any]] | None = None
+
+
+def as_environment(obj: object, name: str) -> Environment:
+    """Check that ``obj`` keeps the environment contract and describe it.
+
+    Args:
+        obj: The target: an object with ``taskset`` and ``run``, or a
+            zero-argument factory (a class, a function) returning one.
+        name: The fallback name, used unless ``obj`` has a string ``name``.
+
+    Raises:
+        UsageError: naming what is missing or of the wrong kind.
+    """
+    if inspect.isclass(obj) or (callable(obj) and not hasattr(obj, "taskset")):
+        try:
+            obj = obj()
+        except TypeError as exc:
+            raise UsageError(f"{name} is callable but not a zero-argument factory: {exc}") from exc
+    missing = [attr for attr in ("taskset", "run") if getattr(obj, attr, None) is None]
+    if missing:
+        raise UsageError(
+            f"{name}: the environment has no {' and no '.join(missing)} "
+            f"(it needs a `taskset` and an async `run(task)`)"
+        )
+    taskset: Any = obj.taskset  # type: ignore[attr-defined]
+    if not isinstance(taskset, (Taskset, SampleSource)):
+        raise UsageError(
+            f"{name}: taskset must be a sluicegate.Taskset or a sluicegate.SampleSource, "
+            f"not {type(taskset).__name__}"
+        )
+    run = obj.run  # type: ignore[attr-defined]
+    if not callable(run):
+        raise UsageError(f"{name}: run must be an async function, not {type(run).__name__}")
+    score = getattr(obj, "score", None)
+    if score is not None and not callable(score):
+        raise UsageError(f"{name}: score must be callable, not {type(score).__name__}")
+    serving = getattr(obj, "serving", None)
+    if serving is not None and not callable(serving):
+        raise UsageError(f"{name}: serving must be callable, not {type(serving).__name__}")
+    own_name = getattr(obj, "name", None)
+    return Environment(
+        name=own_name if isinstance(own_name, str) and own_name else name,
+        taskset=taskset,
+        run=run,
+        score=score,
+        serving=serving,
+    )
+
+
+def resolve_target(target: str) -> Environment:
+    """Import ``target`` and return the environment it names.
+
+    ``path/to/file.py:NAME`` loads the file as a module (its directory goes on
+    ``sys.path``, as when running it as a script); ``package.module:NAME``
+    imports the module, with the working directory importable.
+
+    Raises:
+        UsageError: if the target is malformed, does not import, lacks
+            ``NAME``, or ``NAME`` does not keep the environment contract.
+    """
+    where, sep, attr = target.rpartition(":")
+    if not sep or not where or not attr:
+        raise UsageError(
+            f"TARGET must be path/to/file.py:NAME or package.module:NAME, not {target!r}"
+        )
+    if where.endswith(".py") or os.sep in where or "/" in where:
+        module = _load_file(Path(where))
+        stem = Path(where).stem
+    else:
+        module = _import_module(where)
+        stem = where.rpartition(".")[2]
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise UsageError(f"{target}: {where} has no attribute {attr!r}") from None
+    return as_environment(obj, stem if stem != "__main__" else attr)
+
+
+def _load_file(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise UsageError(f"TARGET file {str(path)!r} does not exist")
+    path = path.resolve()
+    name = f"_sluicegate_eval_target_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"TARGET file {str(path)!r} cannot be imported as Python")
+    module = importlib.util.module_from_spec(spec)
+    # Registered before it runs: dataclasses and pickling look modules up by name.
+    sys.modules[name] = module
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise UsageError(f"importing {str(path)!r} failed: {exc!r}") from exc
+    return module
+
+
+def _import_module(name: str) -> ModuleType:
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and name.startswith(exc.name):
+            raise UsageError(f"TARGET module {name!r} not found") from exc
+        raise UsageError(f"importing {name!r} failed: {exc!r}") from exc
+    except Exception as exc:
+        raise UsageError(f"importing {name!r} failed: {exc!r}") from exc
