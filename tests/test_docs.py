@@ -65,9 +65,7 @@ def test_code_block_runs(where: str, language: str, body: str, tmp_path: Path) -
         )
         assert done.returncode == 0, f"{where} failed:\n{done.stdout}\n{done.stderr}"
         return
-    commands = [
-        line[2:].strip() for line in body.splitlines() if line.startswith("$ ")
-    ]
+    commands = [line[2:].strip() for line in body.splitlines() if line.startswith("$ ")]
     ran = 0
     for command in commands:
         if command.startswith(SETUP_COMMANDS):

@@ -475,8 +475,9 @@ async def run_stream(
         The results in submission (pull) order.
 
     Raises:
-        TypeError, ValueError: for a bad ``window``, a non-iterable ``source``
-            or a non-callable ``run``, before the source is touched.
+        TypeError: for a ``window`` that is not an int or None, a non-iterable
+            ``source`` or a non-callable ``run``, before the source is touched.
+        ValueError: for a ``window`` below 1, before the source is touched.
         Exception: the first exception raised by a run or by the source, as
             itself, with a note naming the item index. Every other run is
             cancelled and has unwound, and the source is closed, before it
@@ -527,15 +528,23 @@ async def open_stream(
     freed only once its result has been handed to the consumer, so a slow
     consumer holds back new runs and memory stays bounded by ``window``.
 
+    Leaving the block early (a ``break``, an exception in the body) cancels
+    the remaining runs and closes the source; the body's exception
+    propagates as itself.
+
     Args:
-        source, run, window, drain: As for :func:`run_stream`.
+        source: As for :func:`run_stream`.
+        run: As for :func:`run_stream`.
+        window: As for :func:`run_stream`.
         ordered: Yield in submission order (default) or, if False, in
             completion order.
+        drain: As for :func:`run_stream`.
+
+    Yields:
+        An async iterator of :class:`Done`, one per finished run.
 
     Raises:
-        Everything :func:`run_stream` raises. Leaving the block early (a
-        ``break``, an exception in the body) cancels the remaining runs and
-        closes the source; the body's exception propagates as itself.
+        Exception: everything :func:`run_stream` raises, the same way.
     """
     _check_arguments(source, run, window)
     if not isinstance(ordered, bool):
