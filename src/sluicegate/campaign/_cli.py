@@ -7,6 +7,7 @@ import sys
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from ._convert import CampaignFileError
 from ._ledger import Ledger, LedgerError, format_money, scope_name
 
 __all__ = ["register"]
@@ -96,6 +97,133 @@ def _register_ledger(commands: Any) -> None:
     up.set_defaults(handler=_ledger_raise)
 
 
+# -- campaign -------------------------------------------------------------------
+
+# Exit statuses of `campaign run`: 0 stopped cleanly (target reached, panel
+# exhausted, drained or budget exhausted), 3 reconciliation required, 2 refused
+# to start.
+_RECONCILE_STATUS = 3
+
+
+def _campaign_run(args: argparse.Namespace) -> int:
+    import trio
+    from rich.console import Console
+
+    from ._scheduler import CampaignError, run_campaign
+    from ._view import LiveView, render
+
+    console = Console()
+    live = args.live if args.live is not None else console.is_terminal
+
+    async def main() -> Any:
+        if not live:
+            return await run_campaign(args.plan, args.outdir, args.ledger)
+        with LiveView(console) as view:
+            return await run_campaign(args.plan, args.outdir, args.ledger, observer=view)
+
+    try:
+        report = trio.run(main)
+    except (CampaignError, CampaignFileError, LedgerError) as exc:
+        return _error(exc)
+    console.print(render(report, rows=True))
+    if report.stop_reason == "reconciliation_required":
+        keys = ", ".join(r.key for r in report.rows if r.status == "uncertain")
+        print(
+            f"sluicegate: uncertain: {keys}; resolve each with "
+            f"`sluicegate campaign reconcile {args.outdir} KEY --as STATUS`",
+            file=sys.stderr,
+        )
+        return _RECONCILE_STATUS
+    return 0
+
+
+def _campaign_drain(args: argparse.Namespace) -> int:
+    from ._scheduler import CampaignError, request_drain
+
+    try:
+        path = request_drain(args.outdir, args.reason)
+    except CampaignError as exc:
+        return _error(exc)
+    print(f"wrote {path}; admission stops within a second; remove it to admit again")
+    return 0
+
+
+def _campaign_status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ._convert import dump_json
+    from ._scheduler import CampaignError, is_locked, read_report
+    from ._view import render
+
+    try:
+        report = read_report(args.outdir)
+    except (CampaignError, CampaignFileError) as exc:
+        return _error(exc)
+    if args.json:
+        sys.stdout.write(dump_json(report))
+        return 0
+    console = Console()
+    console.print(render(report, rows=True))
+    state = "a controller is running" if is_locked(args.outdir) else "no controller is running"
+    console.print(f"{state}; report written {report.updated}")
+    return 0
+
+
+def _campaign_reconcile(args: argparse.Namespace) -> int:
+    from ._scheduler import CampaignError, reconcile
+
+    try:
+        report = reconcile(args.outdir, args.key, args.status, args.cost)
+    except (CampaignError, CampaignFileError, LedgerError) as exc:
+        return _error(exc)
+    row = report.row(args.key)
+    print(f"{args.key}: {row.status}, cost {format_money(row.cost)}")
+    return 0
+
+
+def _register_campaign(commands: Any) -> None:
+    from pathlib import Path
+
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "campaign", help="run isolated batch jobs under classes, a target and a budget"
+    )
+    sub = parser.add_subparsers(dest="campaign_command", metavar="ACTION", required=True)
+
+    run = sub.add_parser("run", help="run or continue a campaign")
+    run.add_argument("plan", type=Path, help="the plan (JSON)")
+    run.add_argument("outdir", type=Path, help="the output directory; rerun to continue")
+    run.add_argument("--ledger", type=Path, required=True, help="an existing budget ledger")
+    run.add_argument(
+        "--live",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a live view (default: when stdout is a terminal)",
+    )
+    run.set_defaults(handler=_campaign_run)
+
+    drain = sub.add_parser("drain", help="stop admission; running jobs finish")
+    drain.add_argument("outdir", type=Path)
+    drain.add_argument("--reason", default="drain requested")
+    drain.set_defaults(handler=_campaign_drain)
+
+    status = sub.add_parser("status", help="summarize the last report")
+    status.add_argument("outdir", type=Path)
+    status.add_argument("--json", action="store_true", help="print report.json as is")
+    status.set_defaults(handler=_campaign_status)
+
+    rec = sub.add_parser("reconcile", help="resolve an uncertain candidate")
+    rec.add_argument("outdir", type=Path)
+    rec.add_argument("key")
+    rec.add_argument(
+        "--as",
+        dest="status",
+        required=True,
+        choices=["verified", "generated_unverified", "blocked"],
+    )
+    rec.add_argument("--cost", type=_money, help="the dispatch's actual cost (default: all of it)")
+    rec.set_defaults(handler=_campaign_reconcile)
+
+
 def register(commands: Any) -> None:
     """Add the ``campaign`` and ``ledger`` subcommands to ``commands``.
 
@@ -103,6 +231,4 @@ def register(commands: Any) -> None:
         commands: The top-level parser's subparsers object.
     """
     _register_ledger(commands)
-    from ._campaign_cli import register_campaign
-
-    register_campaign(commands)
+    _register_campaign(commands)

@@ -1,0 +1,62 @@
+"""The child process: ``python -I -m sluicegate.campaign._child REQUEST``.
+
+It imports the job from the campaign's frozen copy (first on ``sys.path``),
+runs it once and writes ``result.json`` atomically. A job that raises is
+reported ``blocked`` with the exception as its reason (the traceback goes to
+stderr). If the process dies before writing a result, the controller marks
+the candidate ``uncertain``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+import traceback
+from pathlib import Path
+
+from ._convert import load_json, write_json_atomic
+from ._job import Budget, JobContext, JobRequest, JobResult, Outcome
+
+
+def _run(request: JobRequest) -> Outcome:
+    code_dir = Path(request.code_dir).resolve()
+    sys.path.insert(0, str(code_dir))
+    module_name, function_name = request.job.split(":")
+    module = importlib.import_module(module_name)
+    origin = Path(getattr(module, "__file__", None) or "").resolve()
+    if not origin.is_relative_to(code_dir):
+        # Something earlier on the path shadowed the frozen copy.
+        return Outcome("blocked", reason=f"job module loaded from {origin}, not the frozen copy")
+    function = getattr(module, function_name)
+    ctx = JobContext(
+        key=request.key,
+        options=request.options,
+        work_dir=Path(request.work_dir),
+        budget=Budget(request.ledger, request.scope),
+    )
+    if inspect.iscoroutinefunction(function):
+        import trio
+
+        outcome = trio.run(function, ctx)
+    else:
+        outcome = function(ctx)
+    if not isinstance(outcome, Outcome):
+        return Outcome("blocked", reason=f"job returned {outcome!r}, not an Outcome")
+    return outcome
+
+
+def main(argv: list[str]) -> int:
+    """Run the job described by the request file ``argv[1]``; returns the exit status."""
+    request = load_json(argv[1], JobRequest, root="request")
+    try:
+        outcome = _run(request)
+    except Exception as exc:
+        traceback.print_exc()
+        outcome = Outcome("blocked", reason=f"job raised {exc!r}")
+    write_json_atomic(Path(request.result), JobResult(request.key, outcome), mode=0o600)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

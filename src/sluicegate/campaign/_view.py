@@ -1,0 +1,96 @@
+"""How a campaign looks on a terminal: the live view and the status summary."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from ._ledger import format_money
+from ._report import Report
+
+__all__ = ["LiveView", "render"]
+
+_STYLE = {
+    "verified": "green",
+    "generated_unverified": "yellow",
+    "blocked": "red",
+    "uncertain": "bold magenta",
+    "running": "cyan",
+    "pending": "dim",
+    "prior_verified": "green dim",
+}
+
+
+def _classes(report: Report) -> str:
+    parts = []
+    names = sorted(set(report.running_by_class) | set(report.class_limits))
+    for name in names:
+        running = report.running_by_class.get(name, 0)
+        limit = report.class_limits.get(name)
+        label = "unclassed" if name == "-" else name
+        parts.append(f"{label} {running}/{limit}" if limit is not None else f"{label} {running}")
+    return ", ".join(parts)
+
+
+def render(report: Report, *, rows: bool = False) -> RenderableType:
+    """A summary of ``report``: running jobs per class, verified/target, spend/cap.
+
+    Args:
+        report: The campaign report.
+        rows: Show every candidate, not only the running ones.
+    """
+    state = report.stop_reason or ("draining" if report.draining else "running")
+    head = Text.assemble(
+        (report.name, "bold"),
+        f"  [{state}]  verified {report.verified}/{report.target}",
+        f"  running {report.running}/{report.max_parallel}",
+        f" ({_classes(report)})" if report.running or report.class_limits else "",
+        f"  pending {len(report.pending)}",
+        f"  spent {format_money(report.spent)} + held {format_money(report.held)}"
+        f" / cap {format_money(report.cap)}",
+    )
+    shown = [r for r in report.rows if rows or r.status == "running"]
+    if not shown:
+        return head
+    table = Table(box=None, pad_edge=False)
+    for column in ("key", "class", "status", "cost", "reason"):
+        table.add_column(column)
+    for row in shown:
+        table.add_row(
+            row.key,
+            row.resource_class or "-",
+            Text(row.status, style=_STYLE.get(row.status, "")),
+            format_money(row.cost),
+            row.reason or "",
+        )
+    return Group(head, table)
+
+
+class LiveView:
+    """A rich live display kept current by :func:`~sluicegate.campaign.run_campaign`.
+
+    Use it as a context manager and pass it as the ``observer``.
+    """
+
+    def __init__(self, console: Console | None = None) -> None:
+        # Redrawn on each report, so no refresh thread is needed.
+        self._live = Live(console=console, auto_refresh=False)
+
+    def __enter__(self) -> LiveView:
+        self._live.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._live.__exit__(exc_type, exc, tb)
+
+    def __call__(self, report: Report) -> None:
+        self._live.update(render(report), refresh=True)

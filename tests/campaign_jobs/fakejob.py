@@ -1,0 +1,64 @@
+"""A fake campaign job for the tests: fast, deterministic, steered by its options.
+
+Tests copy this file into a temporary directory and point a plan at it, so a
+test can also edit the copy (to make the campaign's frozen code stale).
+
+Options (all optional):
+    status: the outcome status (default ``verified``).
+    cost: the outcome cost, a string (default ``"0"``).
+    started: a file to create when the job starts; it holds the process id.
+    gate: a file to wait for before finishing.
+    stages: ``[[name, reserve, actual], ...]`` stage reservations to make and settle.
+    leave_open: a stage name to reserve and never settle.
+    crash: exit at once with this status, writing no result.
+    uncertain: report that cleanup is uncertain.
+    fail: raise RuntimeError with this message.
+    say: text printed to stdout and stderr.
+    runs: a file to which the key is appended (one line per run).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+from sluicegate.campaign import JobContext, Outcome
+
+
+def run(ctx: JobContext) -> Outcome:
+    opts = ctx.options
+    if "runs" in opts:
+        with open(opts["runs"], "a") as f:
+            f.write(ctx.key + "\n")
+    if "say" in opts:
+        print(f"out: {opts['say']}")
+        print(f"err: {opts['say']}", file=sys.stderr)
+    if "started" in opts:
+        tmp = Path(opts["started"] + ".tmp")
+        tmp.write_text(str(os.getpid()))
+        tmp.rename(opts["started"])
+    if "gate" in opts:
+        # A child process has no trio event to wait on; a short poll is cheap.
+        while not os.path.exists(opts["gate"]):
+            time.sleep(0.005)
+    if "crash" in opts:
+        sys.stdout.flush()
+        os._exit(int(opts["crash"]))
+    if "fail" in opts:
+        raise RuntimeError(opts["fail"])
+    for name, reserve, actual in opts.get("stages", []):
+        rid = ctx.budget.reserve(name, Decimal(reserve))
+        ctx.budget.settle(rid, Decimal(actual))
+    if "leave_open" in opts:
+        ctx.budget.reserve(opts["leave_open"], Decimal("0.5"))
+    (ctx.work_dir / "artifact.txt").write_text(ctx.key)
+    return Outcome(
+        status=opts.get("status", "verified"),
+        cost=Decimal(opts.get("cost", "0")),
+        reason=opts.get("reason"),
+        artifacts=(str(ctx.work_dir / "artifact.txt"), __file__),
+        cleanup_uncertain=bool(opts.get("uncertain", False)),
+    )

@@ -1,0 +1,421 @@
+"""Campaigns end to end: real child processes running a fake job (tests/campaign_jobs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import sys
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from sluicegate.campaign import (
+    CampaignError,
+    CampaignFileError,
+    CampaignLocked,
+    Ledger,
+    LedgerMissing,
+    Report,
+    read_report,
+    reconcile,
+    request_drain,
+    run_campaign,
+)
+from sluicegate.campaign._scheduler import _locked
+
+D = Decimal
+FAKE_JOB = Path(__file__).parent / "campaign_jobs" / "fakejob.py"
+# Generous: it bounds a wait on child processes, and fails the test if exceeded.
+PATIENCE_S = 30
+
+
+def _all_exist(paths: tuple[str | Path, ...]) -> bool:
+    return all(os.path.exists(p) for p in paths)
+
+
+def _read(path: str | Path) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+async def wait_for_files(*paths: str | Path) -> None:
+    """Wait until other processes have made ``paths``; fail after PATIENCE_S."""
+    with trio.fail_after(PATIENCE_S):
+        # Another process makes them, so there is no trio event to wait on.
+        while not _all_exist(paths):  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
+class Watch:
+    """An observer that records every report and wakes a test when one matches."""
+
+    def __init__(self) -> None:
+        self.reports: list[Report] = []
+        self._waiting: list[tuple[Callable[[Report], bool], trio.Event]] = []
+
+    def __call__(self, report: Report) -> None:
+        self.reports.append(report)
+        for predicate, event in self._waiting:
+            if predicate(report):
+                event.set()
+
+    async def until(self, predicate: Callable[[Report], bool]) -> Report:
+        if not (self.reports and predicate(self.reports[-1])):
+            event = trio.Event()
+            self._waiting.append((predicate, event))
+            with trio.fail_after(PATIENCE_S):
+                await event.wait()
+        return self.reports[-1]
+
+
+class Env:
+    """A temporary campaign: a copy of the fake job, a ledger, a plan and an output dir."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / "src").mkdir()
+        self.job_file = root / "src" / "fakejob.py"
+        shutil.copy(FAKE_JOB, self.job_file)
+        self.ledger_path = root / "ledger.db"
+        self.ledger = Ledger.create(self.ledger_path, D("100"))
+        self.out = root / "out"
+        self.plan_path = root / "plan.json"
+
+    def path(self, name: str) -> str:
+        return str(self.root / name)
+
+    def open_gate(self, name: str) -> None:
+        Path(self.path(name)).touch()
+
+    def write_plan(self, candidates: list[dict[str, Any]], **fields: Any) -> Path:
+        plan: dict[str, Any] = {
+            "name": "camp",
+            "target": 10,
+            "max_parallel": 2,
+            "max_spend": "50",
+            "job": "fakejob:run",
+            "job_path": "src",
+        }
+        plan.update(fields)
+        plan["candidates"] = [{"reservation": "1", **c} for c in candidates]
+        self.plan_path.write_text(json.dumps(plan))
+        return self.plan_path
+
+    async def run(self, watch: Watch | None = None) -> Report:
+        return await run_campaign(
+            self.plan_path, self.out, self.ledger_path, observer=watch, drain_poll_interval=0.02
+        )
+
+    def runs(self) -> list[str]:
+        path = Path(self.path("runs.log"))
+        return path.read_text().split() if path.exists() else []
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Env:
+    return Env(tmp_path)
+
+
+def statuses(report: Report) -> dict[str, str]:
+    return {row.key: row.status for row in report.rows}
+
+
+async def test_a_panel_runs_in_frozen_child_processes(env: Env) -> None:
+    runs = env.path("runs.log")
+    env.write_plan(
+        [
+            {"key": "a", "options": {"runs": runs, "cost": "0.25"}},
+            {"key": "b", "options": {"runs": runs, "status": "blocked", "reason": "no"}},
+            {"key": "c", "options": {"runs": runs, "status": "generated_unverified"}},
+        ]
+    )
+    report = await env.run()
+    assert statuses(report) == {"a": "verified", "b": "blocked", "c": "generated_unverified"}
+    assert report.stop_reason == "panel_exhausted"
+    assert (report.verified, report.running, report.pending) == (1, 0, ())
+    assert sorted(env.runs()) == ["a", "b", "c"]
+    a = report.row("a")
+    assert a.cost == D("0.25") and a.exit_code == 0
+    assert report.row("b").reason == "no"
+    # The job ran from the campaign's frozen copy, in its own work dir.
+    assert a.artifacts[1] == str((env.out / "code" / "fakejob.py").resolve())
+    assert _read(a.artifacts[0]) == "a"
+    assert report == read_report(env.out)
+    # Each dispatch reservation was settled at the reported cost.
+    assert env.ledger.usage(("camp",)).settled == D("0.25")
+    assert env.ledger.usage(("camp",)).reserved == D(0)
+
+
+async def test_class_limit_holds_while_a_later_cpu_candidate_starts(env: Env) -> None:
+    gate = env.path("gate")
+    env.write_plan(
+        [
+            {"key": "g1", "resource_class": "gpu", "options": {"gate": gate}},
+            {"key": "g2", "resource_class": "gpu", "options": {"gate": gate}},
+            {"key": "c1", "resource_class": "cpu", "options": {"gate": gate}},
+            {"key": "c2", "options": {"gate": gate}},
+        ],
+        max_parallel=3,
+        class_limits={"gpu": 1},
+    )
+    watch = Watch()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(env.run, watch)
+        seen = await watch.until(lambda r: r.running == 3)
+        env.open_gate("gate")
+    assert statuses(seen) == {"g1": "running", "g2": "pending", "c1": "running", "c2": "running"}
+    assert seen.running_by_class == {"-": 1, "cpu": 1, "gpu": 1}
+    assert max(r.running_by_class.get("gpu", 0) for r in watch.reports) == 1
+    assert max(r.running for r in watch.reports) == 3
+    assert watch.reports[-1].verified == 4
+
+
+async def test_target_slots_are_reserved_for_running_jobs(env: Env) -> None:
+    # Two verified results from an earlier campaign; the target is three.
+    prior = env.root / "prior.json"
+    prior.write_text(json.dumps({"key": "old1", "outcome": {"status": "verified"}}))
+    prior2 = env.root / "prior2.json"
+    prior2.write_text(json.dumps({"key": "b", "outcome": {"status": "verified", "cost": "1"}}))
+    runs = env.path("runs.log")
+    env.write_plan(
+        [
+            {"key": "a", "options": {"runs": runs, "gate": env.path("gate"), "status": "blocked"}},
+            {"key": "b", "options": {"runs": runs}},
+            {"key": "c", "options": {"runs": runs}},
+            {"key": "d", "options": {"runs": runs}},
+        ],
+        target=3,
+        max_parallel=3,
+        prior=["prior.json", "prior2.json"],
+    )
+    watch = Watch()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(env.run, watch)
+        first = await watch.until(lambda r: r.running == 1)
+        env.open_gate("gate")
+    # 2 verified + 1 running = target: nothing else ran beside "a" until it ended unverified.
+    assert first.verified == 2 and first.pending == ("c", "d")
+    assert statuses(first)["b"] == "prior_verified"
+    assert max(r.running for r in watch.reports) == 1
+    final = watch.reports[-1]
+    assert statuses(final) == {
+        "a": "blocked",
+        "b": "prior_verified",
+        "c": "verified",
+        "d": "pending",
+    }
+    assert final.stop_reason == "target_reached" and final.verified == 3
+    assert env.runs() == ["a", "c"]
+
+
+async def test_budget_refusal_skips_to_a_cheaper_candidate(env: Env) -> None:
+    env.write_plan(
+        [
+            {"key": "first", "reservation": "3", "options": {"cost": "3"}},
+            {"key": "big", "reservation": "6"},
+            {"key": "small", "reservation": "2", "options": {"cost": "1"}},
+        ],
+        max_spend="8",
+        max_parallel=2,
+    )
+    report = await env.run()
+    # big (6) never fits beside first's 3 of 8; small, later in the panel, did.
+    assert statuses(report) == {"first": "verified", "big": "pending", "small": "verified"}
+    assert report.stop_reason == "budget_exhausted"
+    assert report.spent == D("4") and report.held == D(0)
+
+
+async def test_an_overrun_blocks_later_dispatch(env: Env) -> None:
+    env.write_plan(
+        [
+            {"key": "a", "options": {"cost": "2", "stages": [["build", "1", "5"]]}},
+            {"key": "b", "reservation": "0"},
+        ],
+        max_spend="6",
+        max_parallel=1,
+    )
+    report = await env.run()
+    # a's stage overran: 5 + 2 > 6, so even a zero reservation is refused.
+    assert report.row("a").cost == D("7")
+    assert statuses(report) == {"a": "verified", "b": "pending"}
+    assert report.stop_reason == "budget_exhausted"
+    assert env.ledger.usage(("camp",)).remaining == D("-1")
+
+
+async def test_uncertain_keeps_its_hold_stops_dispatch_until_reconciled(env: Env) -> None:
+    env.write_plan(
+        [
+            {"key": "a", "reservation": "2", "options": {"uncertain": True, "reason": "vm?"}},
+            {"key": "b", "reservation": "2", "options": {"crash": 3}},
+            {"key": "c"},
+        ],
+    )
+    report = await env.run()
+    assert statuses(report) == {"a": "uncertain", "b": "uncertain", "c": "pending"}
+    assert report.stop_reason == "reconciliation_required"
+    assert "cleanup is uncertain: vm?" in (report.row("a").reason or "")
+    assert "status 3" in (report.row("b").reason or "")
+    assert env.ledger.usage(("camp",)).uncertain == D("4")
+    # A rerun dispatches nothing while anything is uncertain.
+    again = await env.run()
+    assert statuses(again)["c"] == "pending"
+    assert again.stop_reason == "reconciliation_required"
+
+    with pytest.raises(CampaignError, match="not uncertain"):
+        reconcile(env.out, "c", "blocked")
+    reconcile(env.out, "a", "verified", D("1.5"))
+    mid = reconcile(env.out, "b", "blocked")
+    assert mid.row("a").reconciled and mid.row("a").cost == D("1.5")
+    assert mid.row("b").cost == D("2")  # held in full, then settled in full
+    assert mid.stop_reason is None and mid.verified == 1
+    final = await env.run()
+    assert statuses(final) == {"a": "verified", "b": "blocked", "c": "verified"}
+    assert final.stop_reason == "panel_exhausted"
+    assert env.ledger.usage(("camp",)).uncertain == D(0)
+
+
+async def test_open_stage_reservations_or_a_raising_job(env: Env) -> None:
+    env.write_plan(
+        [
+            {"key": "a", "options": {"leave_open": "tests"}},
+            {"key": "b", "options": {"fail": "boom"}},
+        ],
+    )
+    report = await env.run()
+    assert statuses(report) == {"a": "uncertain", "b": "blocked"}
+    assert "left 1 stage reservation(s) open" in (report.row("a").reason or "")
+    assert "boom" in (report.row("b").reason or "")
+    assert "RuntimeError: boom" in (env.out / "jobs" / "b" / "stderr.log").read_text()
+    assert env.ledger.usage(("camp", "a")).uncertain == D("1.5")
+
+
+async def test_drain_lets_running_jobs_finish_and_sticks(env: Env) -> None:
+    gate = env.path("gate")
+    env.write_plan([{"key": k, "options": {"gate": gate}} for k in "abcd"], max_parallel=2)
+    watch = Watch()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(env.run, watch)
+        await watch.until(lambda r: r.running == 2)
+        request_drain(env.out)
+        await watch.until(lambda r: r.draining)
+        env.open_gate("gate")
+    final = watch.reports[-1]
+    assert final.stop_reason == "drained"
+    assert statuses(final) == {"a": "verified", "b": "verified", "c": "pending", "d": "pending"}
+    assert max(r.running for r in watch.reports) == 2
+    # While the drain file exists, a rerun admits nothing.
+    again = await env.run()
+    assert again.stop_reason == "drained" and again.pending == ("c", "d")
+    (env.out / "drain-request.json").unlink()
+    assert (await env.run()).stop_reason == "panel_exhausted"
+
+
+_CONTROLLER = """
+import sys, trio
+from sluicegate.campaign import run_campaign
+trio.run(run_campaign, sys.argv[1], sys.argv[2], sys.argv[3])
+"""
+
+
+async def test_resume_after_the_controller_is_killed(env: Env) -> None:
+    runs = env.path("runs.log")
+    env.write_plan(
+        [
+            {
+                "key": k,
+                "options": {
+                    "runs": runs,
+                    "gate": env.path(f"gate-{k}"),
+                    "started": env.path(f"started-{k}"),
+                },
+            }
+            for k in "abc"
+        ],
+        max_parallel=2,
+    )
+    args = [str(env.plan_path), str(env.out), str(env.ledger_path)]
+    controller = await trio.lowlevel.open_process([sys.executable, "-c", _CONTROLLER, *args])
+    try:
+        await wait_for_files(env.path("started-a"), env.path("started-b"))
+    finally:
+        controller.kill()
+        await controller.wait()
+    assert statuses(read_report(env.out)) == {"a": "running", "b": "running", "c": "pending"}
+    # Child a finishes on its own after the controller died; child b dies without a result.
+    env.open_gate("gate-a")
+    await wait_for_files(env.out / "jobs" / "a" / "result.json")
+    os.kill(int(_read(env.path("started-b"))), signal.SIGKILL)
+
+    report = await env.run()
+    assert statuses(report) == {"a": "verified", "b": "uncertain", "c": "pending"}
+    assert "controller stopped" in (report.row("b").reason or "")
+    assert report.stop_reason == "reconciliation_required"
+    states = {r.scope[1]: r.state for r in env.ledger.reservations(("camp",))}
+    assert states == {"a": "settled", "b": "uncertain"}
+    assert sorted(env.runs()) == ["a", "b"]  # nothing ran twice, nothing new started
+
+    reconcile(env.out, "b", "blocked", D("0"))
+    env.open_gate("gate-c")
+    final = await env.run()
+    assert statuses(final) == {"a": "verified", "b": "blocked", "c": "verified"}
+    assert sorted(env.runs()) == ["a", "b", "c"]
+
+
+async def test_stale_job_code_and_changed_plans_are_refused(env: Env) -> None:
+    env.write_plan([{"key": "a"}])
+    assert (await env.run()).verified == 1
+    frozen = env.out / "code" / "fakejob.py"
+    assert not os.access(frozen, os.W_OK) or os.geteuid() == 0
+    # The identical command again: nothing reruns.
+    assert (await env.run()).verified == 1
+
+    env.job_file.write_text(env.job_file.read_text() + "\n# edited\n")
+    with pytest.raises(CampaignError, match="stale job code"):
+        await env.run()
+    shutil.copy(FAKE_JOB, env.job_file)
+    assert (await env.run()).verified == 1
+
+    env.write_plan([{"key": "a"}, {"key": "b"}])
+    with pytest.raises(CampaignError, match="new output directory"):
+        await env.run()
+
+
+async def test_one_controller_per_directory(env: Env) -> None:
+    env.write_plan([{"key": "a"}])
+    env.out.mkdir()
+    with _locked(env.out), pytest.raises(CampaignLocked):
+        await env.run()
+    assert not (env.out / "report.json").exists()
+
+
+async def test_missing_ledger_and_bad_plan_fail_before_any_work(env: Env) -> None:
+    env.write_plan([{"key": "a"}])
+    with pytest.raises(LedgerMissing, match="ledger init"):
+        await run_campaign(env.plan_path, env.out, env.root / "nope.db")
+    env.write_plan([{"key": "a", "reservation": 1.5}], target="x")
+    with pytest.raises(CampaignFileError) as info:
+        await env.run()
+    assert any("plan.target" in p for p in info.value.problems)
+    assert any("plan.candidates[0].reservation" in p for p in info.value.problems)
+    assert not env.out.exists()
+
+
+async def test_child_logs_are_private(env: Env) -> None:
+    env.write_plan([{"key": "a", "options": {"say": "hello"}}])
+    old = os.umask(0)  # even a permissive umask must not widen the logs
+    try:
+        await env.run()
+    finally:
+        os.umask(old)
+    job_dir = env.out / "jobs" / "a"
+    for name in ("stdout.log", "stderr.log", "request.json", "result.json"):
+        assert stat.S_IMODE((job_dir / name).stat().st_mode) == 0o600, name
+    assert "out: hello" in (job_dir / "stdout.log").read_text()
+    assert "err: hello" in (job_dir / "stderr.log").read_text()
