@@ -165,13 +165,18 @@ def make_cases(run: Callable[[int], Awaitable[Any]]) -> dict[str, Case]:
 # -- measuring ------------------------------------------------------------------
 
 
-def time_case(case: Case, n: int) -> float:
-    """Seconds one run of ``case`` over ``n`` items takes inside trio.run."""
+def time_case(case: Case, n: int) -> tuple[float, float]:
+    """Wall-clock and CPU seconds one run of ``case`` over ``n`` items takes in trio.run.
 
-    async def main() -> float:
+    CPU time (this process only) is reported beside wall time because it is
+    far less disturbed by other work on a shared machine.
+    """
+
+    async def main() -> tuple[float, float]:
+        cpu = time.process_time()
         start = time.perf_counter()
         await case(n)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
 
     gc.collect()
     return trio.run(main)
@@ -182,6 +187,7 @@ class Row:
     name: str
     items: int
     times: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
     target: str = ""
     ok: bool | None = None  # None: no target on this row
 
@@ -192,6 +198,10 @@ class Row:
     @property
     def rate(self) -> float:
         return self.items / self.median
+
+    @property
+    def cpu_us(self) -> float:
+        return statistics.median(self.cpu) / self.items * 1e6
 
     @property
     def best_rate(self) -> float:
@@ -208,7 +218,9 @@ def measure(cases: dict[str, Case], n: int, repeats: int) -> dict[str, Row]:
         # Rotate the order so no case always runs right after the same one.
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:
-            rows[name].times.append(time_case(cases[name], n))
+            wall, cpu = time_case(cases[name], n)
+            rows[name].times.append(wall)
+            rows[name].cpu.append(cpu)
     return rows
 
 
@@ -308,7 +320,7 @@ def fmt_rate(rate: float) -> str:
 def print_table(title: str, rows: Iterable[Row], base: Row, aio: Row | None = None) -> None:
     print(f"\n{title}")
     header = (
-        f"  {'case':<38} {'items/s':>9} {'best/s':>9} {'us/item':>8} {'vs base':>8}"
+        f"  {'case':<38} {'items/s':>9} {'best/s':>9} {'us/item':>8} {'cpu us':>7} {'vs base':>8}"
         f" {'vs aiom.':>8}  {'target':<27} result"
     )
     print(header)
@@ -318,7 +330,7 @@ def print_table(title: str, rows: Iterable[Row], base: Row, aio: Row | None = No
         result = "" if row.ok is None else ("PASS" if row.ok else "MISS")
         print(
             f"  {row.name:<38} {fmt_rate(row.rate):>9} {fmt_rate(row.best_rate):>9}"
-            f" {1e6 / row.rate:>8.2f} {row.rate / base.rate:>7.2f}x {vs_aio:>8}"
+            f" {1e6 / row.rate:>8.2f} {row.cpu_us:>7.2f} {row.rate / base.rate:>7.2f}x {vs_aio:>8}"
             f"  {row.target:<27} {result}"
         )
 
@@ -353,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"window {WINDOW}, median of {repeats} repeats (best/s: the fastest repeat);"
-        " items/s higher is better"
+        " items/s higher is better; cpu us: CPU time per item, steadier under load"
     )
 
     missed: list[str] = []
