@@ -153,6 +153,14 @@ async def test_a_panel_runs_in_frozen_child_processes(env: Env) -> None:
     assert env.ledger.usage(("camp",)).reserved == D(0)
 
 
+async def test_async_jobs_and_bad_outcomes(env: Env) -> None:
+    env.write_plan([{"key": "a"}, {"key": "b", "options": {"cost": "-1"}}], job="fakejob:arun")
+    report = await env.run()
+    assert statuses(report) == {"a": "verified", "b": "blocked"}
+    assert report.row("a").reason == "async"
+    assert "cost must be a non-negative Decimal" in (report.row("b").reason or "")
+
+
 async def test_class_limit_holds_while_a_later_cpu_candidate_starts(env: Env) -> None:
     gate = env.path("gate")
     env.write_plan(

@@ -25,6 +25,8 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
+import trio
+
 from sluicegate.campaign import JobContext, Outcome
 
 
@@ -62,3 +64,10 @@ def run(ctx: JobContext) -> Outcome:
         artifacts=(str(ctx.work_dir / "artifact.txt"), __file__),
         cleanup_uncertain=bool(opts.get("uncertain", False)),
     )
+
+
+async def arun(ctx: JobContext) -> Outcome:
+    """The same job as an ``async def``: the child runs it with trio.run."""
+    await trio.lowlevel.checkpoint()
+    outcome = run(ctx)
+    return Outcome(outcome.status, outcome.cost, "async", outcome.artifacts)

@@ -1,4 +1,4 @@
-"""The child process: ``python -I -m sluicegate.campaign._child REQUEST``.
+"""The child process: ``python -I`` running :func:`main` on a request file.
 
 It imports the job from the campaign's frozen copy (first on ``sys.path``),
 runs it once and writes ``result.json`` atomically. A job that raises is

@@ -20,6 +20,11 @@ __all__ = ["Budget", "JobContext", "JobRequest", "JobResult", "Outcome", "Outcom
 OutcomeStatus = Literal["verified", "generated_unverified", "blocked"]
 
 
+def _cost(_: object, attribute: attrs.Attribute[Any], value: Decimal) -> None:
+    if not isinstance(value, Decimal) or not value.is_finite() or value < 0:
+        raise ValueError(f"{attribute.name} must be a non-negative Decimal, got {value!r}")
+
+
 @attrs.frozen
 class Outcome:
     """What a job reports.
@@ -38,8 +43,10 @@ class Outcome:
             dispatching until it is reconciled.
     """
 
-    status: OutcomeStatus
-    cost: Decimal = Decimal(0)
+    status: OutcomeStatus = attrs.field(
+        validator=attrs.validators.in_(("verified", "generated_unverified", "blocked"))
+    )
+    cost: Decimal = attrs.field(default=Decimal(0), validator=_cost)
     reason: str | None = None
     artifacts: tuple[str, ...] = ()
     cleanup_uncertain: bool = False

@@ -69,6 +69,16 @@ _TERMINATE_GRACE_S = 5.0
 
 Observer = Callable[[Report], None]
 
+# -I drops PYTHONPATH, so a child would not find a sluicegate that is only on
+# the parent's PYTHONPATH (a source checkout): it is handed the directory the
+# parent imported sluicegate from. Third-party packages come from the
+# interpreter's own site-packages, as -I leaves those in place.
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_CHILD_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from sluicegate.campaign._child import main; sys.exit(main(sys.argv[1:]))"
+)
+
 
 class CampaignError(Exception):
     """A campaign cannot start or go on; the message says why and what to do."""
@@ -467,7 +477,8 @@ class _Campaign:
         )
         request_path = job_dir / "request.json"
         write_json_atomic(request_path, request, mode=0o600)
-        command = [sys.executable, "-I", "-m", "sluicegate.campaign._child", str(request_path)]
+        request_arg = str(request_path.resolve())
+        command = [sys.executable, "-I", "-c", _CHILD_BOOT, _PACKAGE_ROOT, request_arg]
         process: trio.Process | None = None
         launch_error: OSError | None = None
         stdout = _open_private(job_dir / "stdout.log")
