@@ -30,10 +30,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Protocol
 
 import attrs
 import trio
@@ -68,6 +69,38 @@ _DISPATCH = "dispatch"
 _TERMINATE_GRACE_S = 5.0
 
 Observer = Callable[[Report], None]
+
+
+class Child(Protocol):
+    """What the controller needs of a child process (``trio.Process`` has it)."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+# Starts a child: (command, work dir, stdout fd, stderr fd) -> the child.
+Spawn = Callable[[list[str], Path, int, int], Awaitable[Child]]
+
+
+async def spawn_process(command: list[str], cwd: Path, stdout: int, stderr: int) -> Child:
+    """Start ``command`` as a child process with its output in the given files."""
+    return await trio.lowlevel.open_process(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        cwd=cwd,
+        # Its own session: a Ctrl-C at the terminal reaches the controller,
+        # which decides what happens to the children.
+        start_new_session=True,
+    )
+
 
 # -I drops PYTHONPATH, so a child would not find a sluicegate that is only on
 # the parent's PYTHONPATH (a source checkout): it is handed the directory the
@@ -273,6 +306,7 @@ class _Campaign:
         prior: set[str],
         rows: dict[str, Row],
         observer: Observer | None,
+        spawn: Spawn,
     ) -> None:
         self.plan = plan
         self.outdir = outdir
@@ -280,6 +314,7 @@ class _Campaign:
         self.prior = prior
         self.rows = rows
         self.observer = observer
+        self.spawn = spawn
         self.drain = Drain()
         self.code_dir = outdir / CODE_DIR
         self._refused: set[str] = set()  # reservation refused since the last completion
@@ -409,6 +444,14 @@ class _Campaign:
                 return candidate
         return None
 
+    def _still_admissible(self) -> bool:
+        """Whether a candidate chosen before an await may still be admitted."""
+        return not (
+            self.drain.requested
+            or any(r.status == "uncertain" for r in self.rows.values())
+            or self._verified() + self._running() >= self.plan.target
+        )
+
     async def admissions(self) -> AsyncIterator[Candidate]:
         """Yield candidates as they become admissible, each with its reservation made."""
         while True:
@@ -443,6 +486,11 @@ class _Campaign:
                     reservation = await trio.to_thread.run_sync(reserve)
                 except BudgetRefused:
                     self._refused.add(candidate.key)
+                    continue
+                if not self._still_admissible():
+                    # A completion or a drain arrived while the ledger was busy.
+                    release = functools.partial(self.ledger.settle, reservation, Decimal(0))
+                    await trio.to_thread.run_sync(release)
                     continue
                 self.rows[candidate.key] = Row(
                     key=candidate.key,
@@ -479,22 +527,13 @@ class _Campaign:
         write_json_atomic(request_path, request, mode=0o600)
         request_arg = str(request_path.resolve())
         command = [sys.executable, "-I", "-c", _CHILD_BOOT, _PACKAGE_ROOT, request_arg]
-        process: trio.Process | None = None
+        process: Child | None = None
         launch_error: OSError | None = None
         stdout = _open_private(job_dir / "stdout.log")
         stderr = _open_private(job_dir / "stderr.log")
         try:
             try:
-                process = await trio.lowlevel.open_process(
-                    command,
-                    stdin=subprocess.DEVNULL,
-                    stdout=stdout,
-                    stderr=stderr,
-                    cwd=work_dir,
-                    # Its own session: a Ctrl-C at the terminal reaches the
-                    # controller, which decides what happens to the children.
-                    start_new_session=True,
-                )
+                process = await self.spawn(command, work_dir, stdout, stderr)
             except OSError as exc:
                 launch_error = exc
             finally:
@@ -622,6 +661,7 @@ async def run_campaign(
     *,
     observer: Observer | None = None,
     drain_poll_interval: float = 0.2,
+    _spawn: Spawn = spawn_process,
 ) -> Report:
     """Run (or continue) the campaign of ``plan_path`` in ``outdir``.
 
@@ -636,6 +676,8 @@ async def run_campaign(
         ledger_path: An existing ledger (see ``sluicegate ledger init``).
         observer: Called with each report as it is written.
         drain_poll_interval: Seconds between looks for ``drain-request.json``.
+        _spawn: How a child is started; tests replace it to exercise admission
+            without processes.
 
     Returns:
         The final report, also in ``OUTDIR/report.json``.
@@ -655,7 +697,8 @@ async def run_campaign(
     outdir.mkdir(parents=True, exist_ok=True)
     with _locked(outdir):
         _bind(plan, plan_path.parent, outdir, ledger)
-        campaign = _Campaign(plan, outdir, ledger, prior, _load_rows(plan, outdir, prior), observer)
+        rows = _load_rows(plan, outdir, prior)
+        campaign = _Campaign(plan, outdir, ledger, prior, rows, observer, _spawn)
         await trio.to_thread.run_sync(campaign.open_scopes)
         await campaign.recover()
         if (outdir / DRAIN_FILE).exists():
