@@ -10,13 +10,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import attrs
 import cattrs
 
+from .. import _taskset
 from ._records import Score
 
 __all__ = ["converter"]
 
 converter = cattrs.Converter()
+
+# The package re-exports Task with __module__ = "sluicegate", where its string
+# annotations cannot be evaluated; resolve them against their own module once,
+# so a run that returns Tasks can be unstructured.
+attrs.resolve_types(_taskset.Task, globalns=vars(_taskset))
 
 converter.register_unstructure_hook(datetime, lambda value: value.isoformat())
 converter.register_structure_hook(datetime, lambda value, _: datetime.fromisoformat(value))

@@ -51,7 +51,11 @@ class ResultsLog:
         """
         # repr() is the last resort for a result the converter cannot make JSON
         # of: the row is kept rather than the rollout lost.
-        line = json.dumps(converter.unstructure(row), default=repr, ensure_ascii=False)
+        try:
+            data = converter.unstructure(row)
+        except Exception:
+            data = converter.unstructure(attrs.evolve(row, result=repr(row.result)))
+        line = json.dumps(data, default=repr, ensure_ascii=False)
         self._file.write(line + "\n")
         self._file.flush()
 
