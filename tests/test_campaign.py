@@ -395,6 +395,24 @@ async def test_stale_job_code_and_changed_plans_are_refused(env: Env) -> None:
         await env.run()
 
 
+async def test_an_earlier_report_counts_as_prior(env: Env) -> None:
+    runs = env.path("runs.log")
+    env.write_plan([{"key": "a", "options": {"runs": runs}}])
+    await env.run()
+    env.write_plan(
+        [{"key": "a", "options": {"runs": runs}}, {"key": "b", "options": {"runs": runs}}],
+        name="camp2",
+        target=2,
+        prior=["out/report.json"],
+    )
+    env.out = env.root / "out2"
+    report = await env.run()
+    assert statuses(report) == {"a": "prior_verified", "b": "verified"}
+    assert report.prior_verified == ("a",) and report.verified == 2
+    assert report.stop_reason == "target_reached"
+    assert env.runs() == ["a", "b"]
+
+
 async def test_one_controller_per_directory(env: Env) -> None:
     env.write_plan([{"key": "a"}])
     env.out.mkdir()

@@ -77,6 +77,10 @@ def test_refusals_exit_2_with_a_reason(env: Env, capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert "plan.max_parallel" in err
     assert main(["campaign", "status", str(env.out)]) == 2
+    env.plan_path.unlink()
+    assert run(env) == 2
+    assert "No such file" in capsys.readouterr().err
+    assert main(["ledger", "init", str(env.root / "no" / "l.db"), "--limit", "1"]) == 2
     assert main(["campaign", "drain", str(env.out)]) == 2
     assert "not a campaign output directory" in capsys.readouterr().err
 

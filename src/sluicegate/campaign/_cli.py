@@ -34,7 +34,7 @@ def _error(message: object) -> int:
 def _ledger_init(args: argparse.Namespace) -> int:
     try:
         Ledger.create(args.path, args.limit)
-    except LedgerError as exc:
+    except (LedgerError, OSError) as exc:
         return _error(exc)
     print(f"created ledger {args.path} with global limit {format_money(args.limit)}")
     return 0
@@ -44,7 +44,7 @@ def _ledger_show(args: argparse.Namespace) -> int:
     try:
         ledger = Ledger(args.path)
         usages = ledger.scopes()
-    except LedgerError as exc:
+    except (LedgerError, OSError) as exc:
         return _error(exc)
     header = ("scope", "limit", "reserved", "settled", "uncertain", "remaining")
     rows = [header] + [
@@ -69,7 +69,7 @@ def _ledger_show(args: argparse.Namespace) -> int:
 def _ledger_raise(args: argparse.Namespace) -> int:
     try:
         Ledger(args.path).raise_limit(args.limit, args.reason)
-    except LedgerError as exc:
+    except (LedgerError, OSError) as exc:
         return _error(exc)
     print(f"raised the global limit of {args.path} to {format_money(args.limit)}")
     return 0
@@ -123,7 +123,7 @@ def _campaign_run(args: argparse.Namespace) -> int:
 
     try:
         report = trio.run(main)
-    except (CampaignError, CampaignFileError, LedgerError) as exc:
+    except (CampaignError, CampaignFileError, LedgerError, OSError) as exc:
         return _error(exc)
     console.print(render(report, rows=True))
     if report.stop_reason == "reconciliation_required":
@@ -157,7 +157,7 @@ def _campaign_status(args: argparse.Namespace) -> int:
 
     try:
         report = read_report(args.outdir)
-    except (CampaignError, CampaignFileError) as exc:
+    except (CampaignError, CampaignFileError, OSError) as exc:
         return _error(exc)
     if args.json:
         sys.stdout.write(dump_json(report))
@@ -174,7 +174,7 @@ def _campaign_reconcile(args: argparse.Namespace) -> int:
 
     try:
         report = reconcile(args.outdir, args.key, args.status, args.cost)
-    except (CampaignError, CampaignFileError, LedgerError) as exc:
+    except (CampaignError, CampaignFileError, LedgerError, OSError) as exc:
         return _error(exc)
     row = report.row(args.key)
     print(f"{args.key}: {row.status}, cost {format_money(row.cost)}")
