@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+import warnings
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import trio
 
@@ -176,12 +177,27 @@ def config_from_args(args: argparse.Namespace, name: str) -> EvalConfig:
     )
 
 
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    # A user reading a terminal wants the message, not the line of sluicegate
+    # that issued it.
+    print(f"sluicegate eval: warning: {message}", file=sys.stderr)
+
+
 def handle(args: argparse.Namespace) -> int:
     """Run ``sluicegate eval`` for parsed ``args``; returns the exit status."""
     try:
-        env = resolve_target(args.target)
-        config = config_from_args(args, env.name)
-        outcome = trio.run(functools.partial(evaluate, config, env, signals=True))
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            env = resolve_target(args.target)
+            config = config_from_args(args, env.name)
+            outcome = trio.run(functools.partial(evaluate, config, env, signals=True))
     except UsageError as exc:
         print(f"sluicegate eval: error: {exc}", file=sys.stderr)
         return 2

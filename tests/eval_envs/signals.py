@@ -1,0 +1,49 @@
+"""A static set of 12 tasks whose run can kill or interrupt its own process.
+
+Driven by environment variables, so the subprocess tests can make the
+process die or get signalled at an exact rollout instead of racing a timer:
+
+* ``EVAL_KILL_AT=ID``: SIGKILL the process when task ``ID`` starts;
+* ``EVAL_SIGINT_AT=ID``: send SIGINT when task ``ID`` starts, then finish it;
+* ``EVAL_SIGINT_TWICE=1``: with ``EVAL_SIGINT_AT``, send a second SIGINT and
+  never finish (only a cancellation ends that rollout);
+* ``EVAL_FAIL_ODD=1``: odd tasks raise.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import trio
+
+from sluicegate import Task, Taskset
+
+
+class Twelve(Taskset[Task]):
+    def load(self) -> list[Task]:
+        return [Task(input=n) for n in range(1, 13)]
+
+
+class Env:
+    name = "signals"
+    taskset = Twelve()
+
+    async def run(self, task: Task) -> int:
+        number = int(task.input)
+        if os.environ.get("EVAL_KILL_AT") == str(task.id):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if os.environ.get("EVAL_SIGINT_AT") == str(task.id):
+            os.kill(os.getpid(), signal.SIGINT)
+            if os.environ.get("EVAL_SIGINT_TWICE"):
+                await trio.sleep(0.3)
+                os.kill(os.getpid(), signal.SIGINT)
+                await trio.sleep_forever()
+            await trio.sleep(0.2)
+        await trio.sleep(0.02)
+        if os.environ.get("EVAL_FAIL_ODD") and number % 2:
+            raise ValueError(f"odd task {number}")
+        return number * number
+
+
+env = Env()
