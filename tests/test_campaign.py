@@ -395,6 +395,19 @@ async def test_stale_job_code_and_changed_plans_are_refused(env: Env) -> None:
         await env.run()
 
 
+async def test_a_reservation_made_just_before_a_crash_is_released(env: Env) -> None:
+    env.write_plan([{"key": "a"}, {"key": "b", "reservation": "2"}], target=1)
+    assert (await env.run()).stop_reason == "target_reached"
+    # As if a controller reserved for b and died before recording it: no
+    # child can have started, since the report is written before any launch.
+    orphan = env.ledger.reserve(("camp", "b"), D("2"), note="dispatch")
+    stage = env.ledger.reserve(("camp", "a", "x"), D("1"), note="stage x")
+    assert (await env.run()).pending == ("b",)
+    states = {r.id: (r.state, r.actual) for r in env.ledger.reservations(("camp",))}
+    assert states[orphan] == ("settled", D(0))
+    assert states[stage] == ("reserved", None)  # not a dispatch: left alone
+
+
 async def test_an_earlier_report_counts_as_prior(env: Env) -> None:
     runs = env.path("runs.log")
     env.write_plan([{"key": "a", "options": {"runs": runs}}])

@@ -315,23 +315,35 @@ class Ledger:
             LedgerError: the scope is global (its limit only changes through
                 :meth:`raise_limit`), or it exists with a different limit.
         """
-        path = _check_scope(scope)
+        self.open_scopes([(scope, limit)])
+
+    def open_scopes(self, scopes: Sequence[tuple[Sequence[str], Decimal | None]]) -> None:
+        """:meth:`open_scope` for each ``(scope, limit)``, all in one transaction.
+
+        Raises:
+            LedgerError: as :meth:`open_scope`; then no scope is created.
+        """
+        checked = [(_check_scope(scope), limit) for scope, limit in scopes]
+        with self._write() as db:
+            for path, limit in checked:
+                self._open(db, path, limit)
+
+    def _open(self, db: sqlite3.Connection, path: Scope, limit: Decimal | None) -> None:
         if not path:
             raise LedgerError("the global limit is set by `ledger init` and `ledger raise` only")
         micros = None if limit is None else to_micros(limit)
-        with self._write() as db:
-            self._ensure(db, path[:-1])
-            row = db.execute(
-                "SELECT limit_micros FROM scopes WHERE path = ?", ("/".join(path),)
-            ).fetchone()
-            if row is None:
-                db.execute("INSERT INTO scopes VALUES (?, ?, ?)", ("/".join(path), micros, _now()))
-            elif row[0] != micros:
-                old = None if row[0] is None else from_micros(row[0])
-                raise LedgerError(
-                    f"scope {scope_name(path)} already exists with limit "
-                    f"{format_money(old)}, not {format_money(limit)}"
-                )
+        self._ensure(db, path[:-1])
+        row = db.execute(
+            "SELECT limit_micros FROM scopes WHERE path = ?", ("/".join(path),)
+        ).fetchone()
+        if row is None:
+            db.execute("INSERT INTO scopes VALUES (?, ?, ?)", ("/".join(path), micros, _now()))
+        elif row[0] != micros:
+            old = None if row[0] is None else from_micros(row[0])
+            raise LedgerError(
+                f"scope {scope_name(path)} already exists with limit "
+                f"{format_money(old)}, not {format_money(limit)}"
+            )
 
     def _ensure(self, db: sqlite3.Connection, scope: Scope) -> None:
         """Create missing scopes along ``scope`` without limits of their own."""

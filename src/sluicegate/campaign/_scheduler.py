@@ -384,9 +384,11 @@ class _Campaign:
 
     def open_scopes(self) -> None:
         """Create the campaign's and candidates' ledger scopes (blocking)."""
-        self.ledger.open_scope((self.plan.name,), self.plan.max_spend)
-        for candidate in self.plan.candidates:
-            self.ledger.open_scope(self._scope(candidate.key), candidate.max_spend)
+        scopes: list[tuple[tuple[str, ...], Decimal | None]] = [
+            ((self.plan.name,), self.plan.max_spend)
+        ]
+        scopes += [(self._scope(c.key), c.max_spend) for c in self.plan.candidates]
+        self.ledger.open_scopes(scopes)
 
     def _job_dir(self, key: str) -> Path:
         return self.outdir / JOBS_DIR / key
@@ -419,15 +421,15 @@ class _Campaign:
                     exit_code=None,
                     missing="the controller stopped while it ran and no result was written",
                 )
-            elif row.status == "pending":
-                scope = self._scope(row.key)
 
-                def release(scope: tuple[str, str] = scope) -> None:
-                    for r in self.ledger.reservations(scope):
-                        if r.note == _DISPATCH and r.state == "reserved":
-                            self.ledger.settle(r.id, Decimal(0))
+        def release_orphans() -> None:
+            for r in self.ledger.reservations((self.plan.name,)):
+                row = self.rows.get(r.scope[-1]) if len(r.scope) == 2 else None
+                pending = row is not None and row.status == "pending"
+                if pending and r.note == _DISPATCH and r.state == "reserved":
+                    self.ledger.settle(r.id, Decimal(0))
 
-                await trio.to_thread.run_sync(release)
+        await trio.to_thread.run_sync(release_orphans)
 
     # -- the source ---------------------------------------------------------------------
 
