@@ -207,7 +207,7 @@ async def test_bad_n_is_refused_before_the_source_is_touched(n: Any, error: type
 
 async def test_non_iterable_source_is_refused() -> None:
     with pytest.raises(TypeError, match="iterable"):
-        take(42, 1)  # type: ignore[call-overload]
+        take(42, 1)  # type: ignore[arg-type]
 
 
 async def test_two_tasks_pulling_at_once_is_refused() -> None:
