@@ -44,7 +44,10 @@ def run(ctx: JobContext) -> Outcome:
         tmp.rename(opts["started"])
     if "gate" in opts:
         # A child process has no trio event to wait on; a short poll is cheap.
+        give_up = time.monotonic() + 120  # never outlive a failed test for long
         while not os.path.exists(opts["gate"]):
+            if time.monotonic() > give_up:
+                os._exit(9)
             time.sleep(0.005)
     if "crash" in opts:
         sys.stdout.flush()
@@ -61,7 +64,7 @@ def run(ctx: JobContext) -> Outcome:
         status=opts.get("status", "verified"),
         cost=Decimal(opts.get("cost", "0")),
         reason=opts.get("reason"),
-        artifacts=(str(ctx.work_dir / "artifact.txt"), __file__),
+        artifacts=(ctx.work_dir / "artifact.txt", __file__),
         cleanup_uncertain=bool(opts.get("uncertain", False)),
     )
 

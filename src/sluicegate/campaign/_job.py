@@ -7,6 +7,8 @@ run with ``trio.run``) in an importable module. It runs alone in a fresh
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +25,13 @@ OutcomeStatus = Literal["verified", "generated_unverified", "blocked"]
 def _cost(_: object, attribute: attrs.Attribute[Any], value: Decimal) -> None:
     if not isinstance(value, Decimal) or not value.is_finite() or value < 0:
         raise ValueError(f"{attribute.name} must be a non-negative Decimal, got {value!r}")
+
+
+def _paths(value: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
+    # Jobs naturally hand over Path objects; the report stores strings.
+    if isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"artifacts must be a sequence of paths, not one path: {value!r}")
+    return tuple(os.fspath(v) for v in value)
 
 
 @attrs.frozen
@@ -48,7 +57,7 @@ class Outcome:
     )
     cost: Decimal = attrs.field(default=Decimal(0), validator=_cost)
     reason: str | None = None
-    artifacts: tuple[str, ...] = ()
+    artifacts: tuple[str, ...] = attrs.field(default=(), converter=_paths)
     cleanup_uncertain: bool = False
 
 
