@@ -27,7 +27,7 @@ from collections.abc import (
     Mapping,
     Sized,
 )
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 import attrs
 import trio
@@ -38,7 +38,7 @@ __all__ = ["FeedTaskset", "Task", "Taskset"]
 
 T = TypeVar("T")
 U = TypeVar("U")
-P = TypeVar("P", bound="_Prompted")
+T_co = TypeVar("T_co", covariant=True)
 
 _END: Any = object()
 
@@ -74,13 +74,7 @@ class Task:
         return attrs.evolve(self, system_prompt=text)
 
 
-class _Prompted(Protocol):
-    """An item that can take a system prompt, as :class:`Task` can."""
-
-    def with_system_prompt(self: P, text: str) -> P: ...
-
-
-class Taskset(Generic[T]):
+class Taskset(Generic[T_co]):
     """A set of tasks, read with ``iter(ts)`` or ``ts.stream()``.
 
     Subclass it one of two ways:
@@ -104,7 +98,7 @@ class Taskset(Generic[T]):
 
     infinite: bool = False
 
-    def load(self) -> Iterable[T]:
+    def load(self) -> Iterable[T_co]:
         """The tasks of a static set. Override this (or :meth:`stream`).
 
         Returns:
@@ -126,10 +120,10 @@ class Taskset(Generic[T]):
             "or stream() (a live feed)"
         )
 
-    def __iter__(self) -> Iterator[T]:
+    def __iter__(self) -> Iterator[T_co]:
         return iter(self.load())
 
-    async def stream(self) -> AsyncIterator[T]:
+    async def stream(self) -> AsyncIterator[T_co]:
         """The tasks as they become available; what the runner consumes.
 
         The default streams ``iter(self)``, checkpointing before each item so
@@ -204,7 +198,7 @@ class Taskset(Generic[T]):
 
     # -- views -----------------------------------------------------------------------
 
-    def head(self, n: int) -> Taskset[T]:
+    def head(self, n: int) -> Taskset[T_co]:
         """A view of the first ``n`` tasks.
 
         Over a streaming taskset its ``stream()`` is ``take(self.stream(), n)``:
@@ -216,7 +210,7 @@ class Taskset(Generic[T]):
         """
         return _Head(self, check_count(n, "head(n)"))
 
-    def shuffle(self, seed: int | str | bytes) -> Taskset[T]:
+    def shuffle(self, seed: int | str | bytes) -> Taskset[T_co]:
         """A view of all the tasks in an order fixed by ``seed``.
 
         The order is the same on every read and every run with the same seed.
@@ -242,7 +236,7 @@ class Taskset(Generic[T]):
             raise TypeError(f"shuffle seed must be an int, str or bytes, not {seed!r}")
         return _Shuffle(self, seed)
 
-    def map(self, fn: Callable[[T], U]) -> Taskset[U]:
+    def map(self, fn: Callable[[T_co], U]) -> Taskset[U]:
         """A view with ``fn`` applied to each task, lazily, on both read paths.
 
         Args:
@@ -255,7 +249,7 @@ class Taskset(Generic[T]):
             raise TypeError(f"map() needs a callable, not {fn!r}")
         return _Map(self, fn, f"map({getattr(fn, '__qualname__', fn)!r})")
 
-    def with_system_prompt(self: Taskset[P], text: str) -> Taskset[P]:
+    def with_system_prompt(self: Taskset[Task], text: str) -> Taskset[Task]:
         """A view whose every task carries ``text`` as its system prompt.
 
         Applies to streamed tasks too: a streaming taskset's own ``stream()``
@@ -267,7 +261,7 @@ class Taskset(Generic[T]):
         if not isinstance(text, str):
             raise TypeError(f"system prompt must be a str, not {type(text).__name__}")
 
-        def prompt(task: P) -> P:
+        def prompt(task: Task) -> Task:
             return task.with_system_prompt(text)
 
         short = text if len(text) <= 20 else text[:17] + "..."
