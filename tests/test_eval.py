@@ -202,6 +202,15 @@ async def test_n_on_a_never_ending_feed_gives_exactly_n_rows(
     assert run_json(tmp_path)["counts"]["planned"] == 3
 
 
+async def test_n_zero_never_starts_the_feed(tmp_path: Path, autojump_clock: Any) -> None:
+    feed = Feed()
+    outcome = await go(tmp_path, Env(feed), "-n", "0")
+    assert outcome.exit_status == 0
+    assert feed.pulls == 0
+    assert rows(tmp_path) == []
+    assert run_json(tmp_path)["counts"]["planned"] == 0
+
+
 async def test_the_live_feed_example_stops_after_n(tmp_path: Path, autojump_clock: Any) -> None:
     env = resolve_target(f"{EXAMPLES / 'live_feed.py'}:env")
     outcome = await evaluate(make_config(tmp_path, "-n", "3", "-r", "2"), env)

@@ -59,6 +59,10 @@ def test_exit_statuses_and_files(tmp_path: Path) -> None:
     assert usage.returncode == 2
     assert "no taskset" in usage.stderr
 
+    broken = sluicegate(tmp_path, f"{ROOT / 'tests' / 'eval_envs' / 'shapes.py'}:broken")
+    assert broken.returncode == 1
+    assert "the task file is gone" in broken.stderr
+
     feed = sluicegate(tmp_path, f"{ROOT / 'examples' / 'live_feed.py'}:env", "-o", "feed")
     assert feed.returncode == 2
     assert "-n/--num-tasks" in feed.stderr

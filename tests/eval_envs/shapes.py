@@ -44,3 +44,16 @@ def make_env() -> _Named:
 empty = _Bare()
 no_taskset = _NoTaskset()
 wrong_taskset = _WrongTaskset()
+
+
+class _Broken(Taskset[Task]):
+    def load(self) -> list[Task]:
+        raise OSError("the task file is gone")
+
+
+class _BrokenEnv:
+    taskset = _Broken()
+    run = staticmethod(_run)
+
+
+broken = _BrokenEnv()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+import traceback
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
@@ -201,6 +202,12 @@ def handle(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"sluicegate eval: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        # The environment failed before its first rollout (a load() raising,
+        # say): its traceback is what the user needs to see.
+        traceback.print_exc()
+        print(f"sluicegate eval: failed: {exc!r}", file=sys.stderr)
+        return 1
     if outcome.record.error and outcome.record.stop_reason == "failed":
         print(f"sluicegate eval: failed: {outcome.record.error}", file=sys.stderr)
     return outcome.exit_status
