@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
+import signal
+import sys
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import trio
 from rich.console import Console
 
 from sluicegate.campaign import read_report
 from sluicegate.campaign._cli import register
 from sluicegate.campaign._view import LiveView, render
-from test_campaign import Env
+from test_campaign import PATIENCE_S, Env, wait_for_files
 
 
 def main(argv: list[str]) -> int:
@@ -92,6 +96,72 @@ def test_drain_command_stops_a_rerun(env: Env, capsys: pytest.CaptureFixture[str
     assert (env.out / "drain-request.json").exists()
     assert run(env, "--no-live") == 0
     assert read_report(env.out).stop_reason == "target_reached"
+
+
+_CLI = """
+import argparse, sys
+from sluicegate.campaign._cli import register
+parser = argparse.ArgumentParser()
+register(parser.add_subparsers(required=True))
+args = parser.parse_args(sys.argv[1:])
+sys.exit(args.handler(args))
+"""
+
+
+def _text(path: Path) -> str:
+    return path.read_text()
+
+
+def _draining(env: Env) -> bool:
+    try:
+        return bool(json.loads((env.out / "report.json").read_text())["draining"])
+    except (OSError, ValueError):
+        return False
+
+
+async def _controller_with_signals(env: Env, signals: int) -> tuple[int, str]:
+    """Run `campaign run` in a process, send it ``signals`` SIGINTs once two jobs run."""
+    gate = env.path("gate")
+    env.write_plan(
+        [{"key": k, "options": {"gate": gate, "started": env.path(f"started-{k}")}} for k in "abc"],
+        max_parallel=2,
+    )
+    paths = [str(env.plan_path), str(env.out), "--ledger", str(env.ledger_path)]
+    command = [sys.executable, "-c", _CLI, "campaign", "run", *paths, "--no-live"]
+    stderr = env.root / "stderr.txt"
+    with stderr.open("wb") as err:
+        spawn = functools.partial(trio.run_process, command, check=False, stderr=err)
+        async with trio.open_nursery() as nursery:
+            done = await nursery.start(spawn)
+            await wait_for_files(env.path("started-a"), env.path("started-b"))
+            done.send_signal(signal.SIGINT)
+            with trio.fail_after(PATIENCE_S):
+                # Another process writes the report: poll it, bounded.
+                while not _draining(env):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            if signals == 2:
+                done.send_signal(signal.SIGINT)
+            else:
+                env.open_gate("gate")
+    return done.returncode, _text(stderr)
+
+
+async def test_a_signal_drains(env: Env) -> None:
+    status, stderr = await _controller_with_signals(env, 1)
+    assert status == 0, stderr
+    assert "SIGINT: draining" in stderr
+    report = read_report(env.out)
+    assert report.stop_reason == "drained"
+    assert [r.status for r in report.rows] == ["verified", "verified", "pending"]
+
+
+async def test_a_second_signal_stops_the_running_jobs(env: Env) -> None:
+    status, stderr = await _controller_with_signals(env, 2)
+    assert status == 130, stderr
+    report = read_report(env.out)
+    # Terminated before writing a result: their fate (and spending) is unknown.
+    assert [r.status for r in report.rows] == ["uncertain", "uncertain", "pending"]
+    assert env.ledger.usage(("camp",)).uncertain == Decimal(2)
 
 
 def test_render_and_live_view(env: Env) -> None:

@@ -106,25 +106,64 @@ _RECONCILE_STATUS = 3
 
 
 def _campaign_run(args: argparse.Namespace) -> int:
+    import signal
+
     import trio
     from rich.console import Console
 
+    from .._runner import Drain
+    from ._report import Report
     from ._scheduler import CampaignError, run_campaign
     from ._view import LiveView, render
 
     console = Console()
     live = args.live if args.live is not None else console.is_terminal
 
-    async def main() -> Any:
-        if not live:
-            return await run_campaign(args.plan, args.outdir, args.ledger)
-        with LiveView(console) as view:
-            return await run_campaign(args.plan, args.outdir, args.ledger, observer=view)
+    async def watch_signals(drain: Drain, scope: trio.CancelScope) -> None:
+        # First signal: drain (running jobs finish); second: stop now, which
+        # terminates the children and leaves them uncertain.
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+            async for signum in received:
+                name = signal.Signals(signum).name
+                if not drain.requested:
+                    print(
+                        f"sluicegate: {name}: draining; running jobs finish "
+                        "(signal again to stop them now)",
+                        file=sys.stderr,
+                    )
+                    drain.request(name)
+                else:
+                    scope.cancel()
+                    return
 
-    try:
-        report = trio.run(main)
-    except (CampaignError, CampaignFileError, LedgerError, OSError) as exc:
-        return _error(exc)
+    refusals = (CampaignError, CampaignFileError, LedgerError, OSError)
+    refused: list[BaseException] = []
+
+    async def main() -> Report | None:
+        drain = Drain()
+        report: Report | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch_signals, drain, nursery.cancel_scope)
+            try:
+                if live:
+                    with LiveView(console) as view:
+                        report = await run_campaign(
+                            args.plan, args.outdir, args.ledger, observer=view, drain=drain
+                        )
+                else:
+                    report = await run_campaign(args.plan, args.outdir, args.ledger, drain=drain)
+            except refusals as exc:
+                # Caught here, not around the nursery, to report it as itself.
+                refused.append(exc)
+            nursery.cancel_scope.cancel()
+        return report
+
+    report = trio.run(main)
+    if refused:
+        return _error(refused[0])
+    if report is None:
+        print("sluicegate: stopped; see `sluicegate campaign status`", file=sys.stderr)
+        return 130
     console.print(render(report, rows=True))
     if report.stop_reason == "reconciliation_required":
         keys = ", ".join(r.key for r in report.rows if r.status == "uncertain")

@@ -307,6 +307,7 @@ class _Campaign:
         rows: dict[str, Row],
         observer: Observer | None,
         spawn: Spawn,
+        drain: Drain | None,
     ) -> None:
         self.plan = plan
         self.outdir = outdir
@@ -315,7 +316,7 @@ class _Campaign:
         self.rows = rows
         self.observer = observer
         self.spawn = spawn
-        self.drain = Drain()
+        self.drain = drain if drain is not None else Drain()
         self.code_dir = outdir / CODE_DIR
         self._refused: set[str] = set()  # reservation refused since the last completion
         self._changed = trio.Event()
@@ -628,13 +629,17 @@ class _Campaign:
         self._signal()
         await self.write()
 
+    async def announce_drain(self) -> None:
+        """Record in the report that admission has stopped, however it was asked."""
+        await self.drain.wait()
+        await self.write()
+
     async def watch_drain_file(self, interval: float) -> None:
         # Another process writes the file, so there is no event to wait on.
         path = self.outdir / DRAIN_FILE
         while True:
             if path.exists():
                 self.drain.request(f"{DRAIN_FILE} found")
-                await self.write()
                 return
             await trio.sleep(interval)
 
@@ -662,6 +667,7 @@ async def run_campaign(
     ledger_path: Path | str,
     *,
     observer: Observer | None = None,
+    drain: Drain | None = None,
     drain_poll_interval: float = 0.2,
     _spawn: Spawn = spawn_process,
 ) -> Report:
@@ -677,6 +683,8 @@ async def run_campaign(
         outdir: The output directory (created if missing).
         ledger_path: An existing ledger (see ``sluicegate ledger init``).
         observer: Called with each report as it is written.
+        drain: Requesting it stops admission, as ``drain-request.json`` does
+            (the command line requests it on the first SIGINT or SIGTERM).
         drain_poll_interval: Seconds between looks for ``drain-request.json``.
         _spawn: How a child is started; tests replace it to exercise admission
             without processes.
@@ -700,7 +708,7 @@ async def run_campaign(
     with _locked(outdir):
         _bind(plan, plan_path.parent, outdir, ledger)
         rows = _load_rows(plan, outdir, prior)
-        campaign = _Campaign(plan, outdir, ledger, prior, rows, observer, _spawn)
+        campaign = _Campaign(plan, outdir, ledger, prior, rows, observer, _spawn, drain)
         await trio.to_thread.run_sync(campaign.open_scopes)
         await campaign.recover()
         if (outdir / DRAIN_FILE).exists():
@@ -708,6 +716,7 @@ async def run_campaign(
         await campaign.write()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(campaign.watch_drain_file, drain_poll_interval)
+            nursery.start_soon(campaign.announce_drain)
             await run_stream(
                 campaign.admissions(),
                 campaign.run_job,
