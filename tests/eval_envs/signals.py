@@ -5,7 +5,7 @@ process die or get signalled at an exact rollout instead of racing a timer:
 
 * ``EVAL_KILL_AT=ID``: SIGKILL the process when task ``ID`` starts;
 * ``EVAL_SIGINT_AT=ID``: send SIGINT when task ``ID`` starts, then finish it;
-* ``EVAL_SIGINT_TWICE=1``: with ``EVAL_SIGINT_AT``, send a second SIGINT and
+* ``EVAL_SIGINT_TWICE=1``: with ``EVAL_SIGINT_AT``, keep sending SIGINT and
   never finish (only a cancellation ends that rollout);
 * ``EVAL_FAIL_ODD=1``: odd tasks raise.
 """
@@ -36,9 +36,11 @@ class Env:
         if os.environ.get("EVAL_SIGINT_AT") == str(task.id):
             os.kill(os.getpid(), signal.SIGINT)
             if os.environ.get("EVAL_SIGINT_TWICE"):
-                await trio.sleep(0.3)
-                os.kill(os.getpid(), signal.SIGINT)
-                await trio.sleep_forever()
+                # Signals that arrive together are seen once, so keep signalling
+                # until the cancellation that only a second one brings ends this.
+                while True:
+                    await trio.sleep(0.3)
+                    os.kill(os.getpid(), signal.SIGINT)
             await trio.sleep(0.2)
         await trio.sleep(0.02)
         if os.environ.get("EVAL_FAIL_ODD") and number % 2:
