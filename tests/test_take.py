@@ -193,6 +193,18 @@ async def test_a_sync_source_stays_cancellable() -> None:
     assert scope.cancelled_caught
 
 
+async def test_a_loop_over_a_sync_source_lets_other_tasks_run() -> None:
+    source = ScriptedIter(iter(int, 1))  # zeros for ever
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(collect, take(source, 10**9))
+        # This task runs again only if the consumer's loop yields to trio.
+        for _ in range(3):
+            await trio.lowlevel.checkpoint()
+        nursery.cancel_scope.cancel()
+    assert source.pulls > 0
+    assert source.close_count == 1
+
+
 @pytest.mark.parametrize(
     ("n", "error"),
     [(-1, ValueError), (1.0, TypeError), ("2", TypeError), (True, TypeError), (None, TypeError)],

@@ -155,6 +155,23 @@ async def test_default_stream_is_cancellable_on_a_set_that_never_ends() -> None:
     assert scope.cancelled_caught
 
 
+async def test_a_loop_over_an_infinite_static_stream_lets_other_tasks_run() -> None:
+    ts = Counting()
+
+    async def consume() -> None:
+        async for _ in ts.stream():
+            pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consume)
+        # This task runs again only if the consumer's loop yields to trio.
+        for _ in range(3):
+            await trio.lowlevel.checkpoint()
+        nursery.cancel_scope.cancel()
+    assert ts.produced > 0
+    assert ts.closed == 1
+
+
 def _double(task: Task) -> Task:
     return attrs.evolve(task, input=task.input * 2)
 

@@ -21,6 +21,10 @@ T = TypeVar("T")
 
 _END: Any = object()
 
+# A full checkpoint is a scheduler round, which costs more than reading an
+# in-memory item by an order of magnitude; see pace().
+_YIELD_EVERY = 64
+
 
 def check_count(n: object, what: str) -> int:
     """Return ``n`` if it is a count of items (an ``int >= 0``).
@@ -35,6 +39,20 @@ def check_count(n: object, what: str) -> int:
     if n < 0:
         raise ValueError(f"{what} must be >= 0, got {n}")
     return n
+
+
+async def pace(count: int) -> None:
+    """The checkpoint taken before reading item number ``count`` of a sync source.
+
+    Every call raises if the task is cancelled; every ``_YIELD_EVERY``-th call
+    (the first included) also yields to the scheduler. A loop over a large or
+    infinite in-memory set thus stays cancellable and lets other tasks (and
+    deadlines) run, without paying a scheduler round per item.
+    """
+    if count % _YIELD_EVERY:
+        await trio.lowlevel.checkpoint_if_cancelled()
+    else:
+        await trio.lowlevel.checkpoint()
 
 
 async def close_source(source: object) -> None:
@@ -92,6 +110,7 @@ class Take(Generic[T]):
             )
         self._closed = False
         self._pulling = False
+        self._pulls = 0
 
     @property
     def remaining(self) -> int:
@@ -124,9 +143,9 @@ class Take(Generic[T]):
                 item = await anext(self._aiter, _END)
             else:
                 assert self._iter is not None
-                # A sync source never yields to trio by itself; checkpoint so
-                # a loop over it stays cancellable and fair to other tasks.
-                await trio.lowlevel.checkpoint()
+                # A sync source never yields to trio by itself.
+                await pace(self._pulls)
+                self._pulls += 1
                 item = next(self._iter, _END)
         except BaseException as exc:
             self._closed = True

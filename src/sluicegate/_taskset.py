@@ -30,9 +30,8 @@ from collections.abc import (
 from typing import Any, Generic, TypeVar, cast
 
 import attrs
-import trio
 
-from ._take import check_count, close_after, close_source, take
+from ._take import check_count, close_after, close_source, pace, take
 
 __all__ = ["FeedTaskset", "Task", "Taskset"]
 
@@ -126,8 +125,10 @@ class Taskset(Generic[T_co]):
     async def stream(self) -> AsyncIterator[T_co]:
         """The tasks as they become available; what the runner consumes.
 
-        The default streams ``iter(self)``, checkpointing before each item so
-        that reading a large static set stays cancellable. A live feed
+        The default streams ``iter(self)``. It checks for cancellation before
+        each item and yields to the scheduler every few dozen items, so a
+        large or infinite static set stays cancellable and fair to other
+        tasks without a scheduler round per item. A live feed
         overrides this with an async generator that awaits its source and
         returns when the source is drained.
 
@@ -136,8 +137,8 @@ class Taskset(Generic[T_co]):
         """
         it = iter(self)
         try:
-            while True:
-                await trio.lowlevel.checkpoint()
+            for count in itertools.count():
+                await pace(count)
                 item = next(it, _END)
                 if item is _END:
                     return
