@@ -110,6 +110,7 @@ def test_with_system_prompt_returns_a_new_task() -> None:
 
 def test_streaming_is_read_off_the_class_hierarchy() -> None:
     feed: ScriptedFeed[int] = ScriptedFeed()
+    assert not Taskset[int]().streaming
     assert not Static(2).streaming
     assert not StaticChild(2).streaming
     assert not Counting().streaming

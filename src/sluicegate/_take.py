@@ -131,6 +131,8 @@ class Take(Generic[T]):
                 iterator right now.
             BaseException: whatever the source raised while pulling,
                 cancellation included, after the source has been closed.
+            Exception: whatever closing the source raised, when it is closed
+                right after the ``n``-th item or at the end.
         """
         if self._pulling:
             raise trio.BusyResourceError("another task is already pulling from this take()")

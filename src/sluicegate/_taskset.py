@@ -350,7 +350,7 @@ class _Shuffle(_View[T]):
 
     def load(self) -> list[T]:
         items = list(self._base)
-        # A fresh generator per read keeps the order the same on every read.
+        # A fresh Random per read keeps the order the same on every read.
         random.Random(self._seed).shuffle(items)
         return items
 
