@@ -716,3 +716,38 @@ def attrs_evolve(config: EvalConfig, **changes: Any) -> EvalConfig:
     import attrs
 
     return attrs.evolve(config, **changes)
+
+
+# -- signals, in-process ---------------------------------------------------------
+
+
+async def test_sigterm_drains_and_a_second_cancels(tmp_path: Path, autojump_clock: Any) -> None:
+    import os
+    import signal
+
+    async def run(task: Task) -> Any:
+        if task.input == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        await trio.sleep(5)
+        return task.input
+
+    outcome = await go(tmp_path / "a", Env(Feed(gap=0), run), "-n", "50", "-c", "3", signals=True)
+    assert outcome.exit_status == 130
+    assert sorted(r["result"] for r in rows(tmp_path / "a")) == [1, 2, 3]
+    assert outcome.record.error == "SIGTERM received"
+
+    async def stubborn(task: Task) -> Any:
+        if task.input == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+            await trio.sleep(1)
+            os.kill(os.getpid(), signal.SIGTERM)
+            await trio.sleep_forever()
+        await trio.sleep(0.5)
+        return task.input
+
+    outcome = await go(
+        tmp_path / "b", Env(Feed(gap=0), stubborn), "-n", "50", "-c", "3", signals=True
+    )
+    assert outcome.exit_status == 130
+    assert sorted(r["result"] for r in rows(tmp_path / "b")) == [1, 3]
+    assert run_json(tmp_path / "b")["stop_reason"] == "interrupted"
