@@ -584,6 +584,27 @@ async def test_a_drain_lets_in_flight_rollouts_finish(tmp_path: Path, autojump_c
     assert record["ended_at"] is not None
 
 
+async def test_a_drain_stops_a_growing_source(tmp_path: Path, autojump_clock: Any) -> None:
+    drain = Drain()
+    source = Tree([Task(input="a"), Task(input="b")], depth=20)
+
+    started: list[str] = []
+
+    async def run(task: Task) -> Any:
+        started.append(task.input)
+        if task.input == "a.1.1":
+            drain.request("test")
+        await trio.sleep(1)
+        return task.input
+
+    outcome = await go(tmp_path, Env(source, run), "-c", "2", drain=drain)
+    assert outcome.exit_status == 130
+    # Nothing started after the drain, and what was in flight finished.
+    assert started[-1] == "a.1.1"
+    assert sorted(r["result"] for r in rows(tmp_path)) == sorted(started)
+    assert source.next_calls == 0
+
+
 async def test_resume_skips_ok_rows_and_reruns_errors(tmp_path: Path, autojump_clock: Any) -> None:
     env = Env(static(6), failing(lambda n: n == 4))
     first = await go(tmp_path, env, "-r", "2", "--fail-on-error", "5")
