@@ -357,10 +357,24 @@ async def test_a_fraction_on_a_growing_total_is_judged_at_the_end(
 async def test_a_fraction_on_a_sample_source_is_judged_at_the_end(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
-    source = SampleSource.from_items([Task(input=n) for n in range(1, 5)])
-    outcome = await go(tmp_path, Env(source, failing(lambda n: n == 1)), "--fail-on-error", "0.5")
+    batches = [[Task(input=n) for n in range(2, 5)]]
+
+    async def more() -> Sequence[Task] | None:
+        return batches.pop() if batches else None
+
+    # When task 1 fails it is the only task so far: 1 error of 1 planned. The
+    # source adds three more afterwards, and 1 of 4 is within 0.5.
+    source = SampleSource.from_items([Task(input=1)], next=more)
+    env = Env(source, failing(lambda n: n == 1))
+    outcome = await go(tmp_path / "a", env, "--fail-on-error", "0.5", "-c", "1")
     assert outcome.exit_status == 0
-    assert len(rows(tmp_path)) == 4
+    assert len(rows(tmp_path / "a")) == 4
+    batches = [[Task(input=n) for n in range(2, 5)]]
+    source = SampleSource.from_items([Task(input=1)], next=more)
+    env = Env(source, failing(lambda n: n <= 3))
+    outcome = await go(tmp_path / "b", env, "--fail-on-error", "0.5", "-c", "1")
+    assert outcome.exit_status == 1
+    assert len(rows(tmp_path / "b")) == 4
 
 
 def test_error_budget_parsing() -> None:

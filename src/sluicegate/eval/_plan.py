@@ -362,12 +362,12 @@ def build_source(
     Raises:
         UsageError: for a static set with duplicate ids (found before any rollout).
     """
+    tally.growing = kind is not Kind.STATIC
     if isinstance(taskset, SampleSource):
         return EvalSource(taskset, config, tally)
     view = taskset
     if config.system_prompt is not None:
         view = view.with_system_prompt(config.system_prompt)
-    tally.growing = kind is not Kind.STATIC
     if kind is Kind.STATIC:
         return _static_slots(view, config, done, tally)
     tasks: AsyncIterator[tuple[str, Any]] = _identified(view.stream(), IdBook(), config.ids)
