@@ -124,6 +124,14 @@ def make_cases(run: Callable[[int], Awaitable[Any]]) -> dict[str, Case]:
         out = await sluicegate.run_stream(agen(n), run, window=WINDOW, drain=sluicegate.Drain())
         assert len(out) == n
 
+    async def c_run_stream_channel(n: int) -> None:
+        send, receive = trio.open_memory_channel[int](n)
+        for i in range(n):
+            send.send_nowait(i)
+        send.close()
+        out = await sluicegate.run_stream(receive, run, window=WINDOW)
+        assert len(out) == n
+
     async def c_run_stream_sync(n: int) -> None:
         out = await sluicegate.run_stream(range(n), run, window=WINDOW)
         assert len(out) == n
@@ -156,6 +164,7 @@ def make_cases(run: Callable[[int], Awaitable[Any]]) -> dict[str, Case]:
         "run_stream": c_run_stream,
         "run_stream, sync source (range)": c_run_stream_sync,
         "run_stream, drain=Drain()": c_run_stream_drain,
+        "run_stream, memory channel source": c_run_stream_channel,
         "open_stream(ordered=True)": c_open_stream(True),
         "open_stream(ordered=False)": c_open_stream(False),
         "aiometer.amap": c_aiometer,
@@ -190,6 +199,7 @@ class Row:
     cpu: list[float] = field(default_factory=list)
     target: str = ""
     ok: bool | None = None  # None: no target on this row
+    cpu_ok: bool | None = None  # the same targets judged on CPU time
 
     @property
     def median(self) -> float:
@@ -202,6 +212,10 @@ class Row:
     @property
     def cpu_us(self) -> float:
         return statistics.median(self.cpu) / self.items * 1e6
+
+    @property
+    def cpu_rate(self) -> float:
+        return self.items / statistics.median(self.cpu)
 
     @property
     def best_rate(self) -> float:
@@ -224,10 +238,19 @@ def measure(cases: dict[str, Case], n: int, repeats: int) -> dict[str, Row]:
     return rows
 
 
-def check(row: Row, ratio: float, goal: float, peer: str) -> None:
-    mark = f">={goal:g}x {peer}"
+def check(row: Row, peer: Row, goal: float, label: str) -> None:
+    """Judge ``row`` against ``goal`` times ``peer``, on wall time and on CPU time.
+
+    The verdict is the wall-clock one (what the targets are written in); the
+    CPU-time one is printed beside it because on a busy machine wall time
+    mostly measures the other processes.
+    """
+    mark = f">={goal:g}x {label}"
     row.target = f"{row.target}, {mark}" if row.target else mark
-    row.ok = ratio >= goal if row.ok is None else (row.ok and ratio >= goal)
+    ok = row.rate / peer.rate >= goal
+    cpu_ok = row.cpu_rate / peer.cpu_rate >= goal
+    row.ok = ok if row.ok is None else (row.ok and ok)
+    row.cpu_ok = cpu_ok if row.cpu_ok is None else (row.cpu_ok and cpu_ok)
 
 
 # -- memory cases, each in its own process ----------------------------------------
@@ -321,17 +344,20 @@ def print_table(title: str, rows: Iterable[Row], base: Row, aio: Row | None = No
     print(f"\n{title}")
     header = (
         f"  {'case':<38} {'items/s':>9} {'best/s':>9} {'us/item':>8} {'cpu us':>7} {'vs base':>8}"
-        f" {'vs aiom.':>8}  {'target':<27} result"
+        f" {'vs aiom.':>8} {'cpu vs b':>8}  {'target':<27} result"
     )
     print(header)
     print("  " + "-" * (len(header) - 2))
     for row in rows:
         vs_aio = f"{row.rate / aio.rate:.2f}x" if aio is not None else "-"
-        result = "" if row.ok is None else ("PASS" if row.ok else "MISS")
+        result = ""
+        if row.ok is not None:
+            result = "PASS" if row.ok else "MISS"
+            result += f" (cpu {'PASS' if row.cpu_ok else 'MISS'})"
         print(
             f"  {row.name:<38} {fmt_rate(row.rate):>9} {fmt_rate(row.best_rate):>9}"
             f" {1e6 / row.rate:>8.2f} {row.cpu_us:>7.2f} {row.rate / base.rate:>7.2f}x {vs_aio:>8}"
-            f"  {row.target:<27} {result}"
+            f" {row.cpu_rate / base.cpu_rate:>7.2f}x  {row.target:<27} {result}"
         )
 
 
@@ -349,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.quick:
-        n_noop, n_sat, n_mem, repeats = 5_000, 300, 20_000, 3
+        n_noop, n_sat, n_mem, repeats = 5_000, 640, 20_000, 3
     else:
         n_noop, n_sat, n_mem, repeats = 100_000, 3_000, 1_000_000, 3
     if args.repeats is not None:
@@ -375,14 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     base = rows["baseline (nursery + CapacityLimiter)"]
     aio = rows["aiometer.amap"]
     rs = rows["run_stream"]
-    check(rs, rs.rate / base.rate, 3.0, "baseline")
-    check(rs, rs.rate / aio.rate, 8.0, "aiometer")
-    check(
-        rows["open_stream(ordered=True)"],
-        rows["open_stream(ordered=True)"].rate / base.rate,
-        2.5,
-        "baseline",
-    )
+    check(rs, base, 3.0, "baseline")
+    check(rs, aio, 8.0, "aiometer")
+    check(rows["open_stream(ordered=True)"], base, 2.5, "baseline")
     print_table(
         f"no-op items (each run: await trio.sleep(0)), {n_noop:,} items",
         rows.values(),
@@ -398,12 +419,15 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in sat_cases.items()
         if k in ("baseline (nursery + CapacityLimiter)", "run_stream", "open_stream(ordered=True)")
     }
-    srows = measure(sat_cases, n_sat, repeats)
+    # Runner and baseline are within a few percent of each other here, so this
+    # verdict needs more repeats than the no-op one to rise above the noise.
+    srows = measure(sat_cases, n_sat, repeats + 2)
     sbase = srows["baseline (nursery + CapacityLimiter)"]
     for name in ("run_stream", "open_stream(ordered=True)"):
-        check(srows[name], srows[name].rate / sbase.rate, 1.0, "baseline")
+        check(srows[name], sbase, 1.0, "baseline")
     print_table(
-        f"saturated items (each run: {CHECKPOINTS} checkpoints), {n_sat:,} items",
+        f"saturated items (each run: {CHECKPOINTS} checkpoints), {n_sat:,} items,"
+        f" median of {repeats + 2}",
         srows.values(),
         sbase,
     )
