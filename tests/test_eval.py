@@ -732,7 +732,7 @@ async def test_plain_display_prints_batches_and_a_summary(
     config = make_config(tmp_path, "-n", "4", "-c", "1")
     await evaluate(attrs_evolve(config, display="plain"), env_of(Env(Feed())))
     out = capsys.readouterr().out
-    assert "/4+ done" in out
+    assert "/4+ (<= 4) done" in out
     assert "completed: 4 ok, 0 errors, 4 planned" in out
     assert str(tmp_path) in out
 

@@ -44,7 +44,10 @@ class Display(Protocol):
 
 
 def _total(tally: Tally) -> str:
-    return f"{tally.planned}{'+' if tally.growing else ''}"
+    if not tally.growing:
+        return str(tally.planned)
+    bound = f" (<= {tally.bound})" if tally.bound is not None else ""
+    return f"{tally.planned}+{bound}"
 
 
 def _rate(tally: Tally) -> tuple[float, float]:
@@ -111,13 +114,15 @@ class RichDisplay:
         from rich.table import Table
 
         elapsed, rate = _rate(tally)
+        # A growing total's bound, when known, says how far along the run is.
+        total = tally.bound if tally.growing and tally.bound is not None else tally.planned
         grid = Table.grid(padding=(0, 2))
         grid.add_row(
             ProgressBar(
-                total=tally.planned if tally.planned else None,
+                total=total if total else None,
                 completed=tally.finished,
                 width=32,
-                pulse=tally.planned == 0,
+                pulse=total == 0,
             ),
             f"{tally.finished}/{_total(tally)}",
             f"[red]{tally.errors} errors[/]" if tally.errors else "0 errors",

@@ -363,6 +363,8 @@ def build_source(
         UsageError: for a static set with duplicate ids (found before any rollout).
     """
     tally.growing = kind is not Kind.STATIC
+    if tally.growing and config.num_tasks is not None:
+        tally.bound = config.num_tasks * config.rollouts
     if isinstance(taskset, SampleSource):
         return EvalSource(taskset, config, tally)
     view = taskset

@@ -22,6 +22,7 @@ class Tally:
         planned: Rollouts planned so far, resumed ones included; it grows
             while a stream or a ``SampleSource`` adds tasks.
         growing: Whether ``planned`` may still grow.
+        bound: The most ``planned`` can grow to (``-n`` times ``-r``), if known.
         ok: Ok rollouts, resumed ones included.
         errors: Error rows written by this session.
         resumed: Ok rollouts found on disk by ``--resume``.
@@ -32,6 +33,7 @@ class Tally:
 
     planned: int = 0
     growing: bool = False
+    bound: int | None = None
     ok: int = 0
     errors: int = 0
     resumed: int = 0
