@@ -628,7 +628,8 @@ async def test_resume_skips_ok_rows_and_reruns_errors(tmp_path: Path, autojump_c
     with (tmp_path / "results.jsonl").open("a") as file:
         file.write('{"task_id": "5", "rollo')
     env = Env(static(6))
-    second = await go(tmp_path, env, "-r", "2", "--resume", str(tmp_path))
+    with pytest.warns(UserWarning, match="torn last line"):
+        second = await go(tmp_path, env, "-r", "2", "--resume", str(tmp_path))
     assert second.exit_status == 0
     assert sorted(t.input for t in env.seen) == [4, 4]
     got = rows(tmp_path)

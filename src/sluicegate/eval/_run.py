@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import signal
 import traceback
+import warnings
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -24,7 +25,7 @@ from .. import __version__
 from .._runner import Drain, open_stream
 from ._config import ErrorBudget, EvalConfig, UsageError, differences
 from ._display import Display, Summary, make_display
-from ._log import RESULTS, ResultsLog, read_results, read_run_record, write_run_record
+from ._log import RESULTS, TORN, ResultsLog, read_results, read_run_record, write_run_record
 from ._plan import EvalSource, Slot, build_source, check, kind_of
 from ._records import ErrorInfo, Row, RunRecord, Score, StopReason
 from ._tally import Tally
@@ -169,9 +170,10 @@ def _prepare_directory(config: EvalConfig) -> tuple[Path, dict[tuple[str, int], 
             )
         previous = read_results(directory)
         if previous.set_aside is not None:
-            print(
-                f"sluicegate eval: set aside a torn last line of {directory / RESULTS} "
-                f"(kept in {directory / 'results.torn'})"
+            warnings.warn(
+                f"set aside a torn last line of {directory / RESULTS} (kept in {directory / TORN})",
+                UserWarning,
+                stacklevel=1,
             )
         return directory, previous.ok
     if (directory / RESULTS).exists():
