@@ -787,3 +787,17 @@ async def test_sigterm_drains_and_a_second_cancels(tmp_path: Path, autojump_cloc
     assert outcome.exit_status == 130
     assert sorted(r["result"] for r in rows(tmp_path / "b")) == [1, 3]
     assert run_json(tmp_path / "b")["stop_reason"] == "interrupted"
+
+
+async def test_a_resume_may_name_the_target_file_by_another_path(
+    tmp_path: Path, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = env_of(Env(static(2)))
+    target = EXAMPLES / "arithmetic.py"
+    monkeypatch.chdir(EXAMPLES)
+    await evaluate(make_config(tmp_path, target="arithmetic.py:env"), env)
+    monkeypatch.chdir(EXAMPLES.parent)
+    again = make_config(tmp_path, "--resume", str(tmp_path), target="examples/arithmetic.py:env")
+    assert again.target == f"{target.resolve()}:env"
+    outcome = await evaluate(again, env)
+    assert outcome.record.counts.resumed == 2

@@ -15,7 +15,7 @@ import trio
 
 from ._config import DISPLAYS, ErrorBudget, EvalConfig, UsageError
 from ._run import evaluate
-from ._target import resolve_target
+from ._target import canonical_target, resolve_target
 
 __all__ = ["config_from_args", "handle", "register"]
 
@@ -162,7 +162,7 @@ def config_from_args(args: argparse.Namespace, name: str) -> EvalConfig:
     if display is None:
         display = "rich" if sys.stdout.isatty() else "plain"
     return EvalConfig(
-        target=args.target,
+        target=canonical_target(args.target),
         num_tasks=args.num_tasks,
         rollouts=args.rollouts,
         concurrency=args.concurrency,

@@ -25,7 +25,8 @@ class EvalConfig:
     """The resolved settings of one evaluation.
 
     Attributes:
-        target: ``path/to/file.py:NAME`` or ``package.module:NAME``.
+        target: ``path/to/file.py:NAME`` (the path made absolute) or
+            ``package.module:NAME``.
         num_tasks: ``-n``: how many tasks at most; None for the whole set.
         rollouts: ``-r``: rollouts per task.
         concurrency: ``-c``: rollouts in flight at most.

@@ -19,7 +19,7 @@ from .._dynamic import SampleSource
 from .._taskset import Taskset
 from ._config import UsageError
 
-__all__ = ["Environment", "as_environment", "resolve_target"]
+__all__ = ["Environment", "as_environment", "canonical_target", "resolve_target"]
 
 
 @attrs.frozen
@@ -90,6 +90,19 @@ def as_environment(obj: object, name: str) -> Environment:
     )
 
 
+def _is_file(where: str) -> bool:
+    return where.endswith(".py") or os.sep in where or "/" in where
+
+
+def canonical_target(target: str) -> str:
+    """``target`` with a file path made absolute, so a resume from another
+    directory still names the same environment; a module target is unchanged."""
+    where, sep, attr = target.rpartition(":")
+    if not sep or not where or not _is_file(where):
+        return target
+    return f"{Path(where).resolve()}:{attr}"
+
+
 def resolve_target(target: str) -> Environment:
     """Import ``target`` and return the environment it names.
 
@@ -106,7 +119,7 @@ def resolve_target(target: str) -> Environment:
         raise UsageError(
             f"TARGET must be path/to/file.py:NAME or package.module:NAME, not {target!r}"
         )
-    if where.endswith(".py") or os.sep in where or "/" in where:
+    if _is_file(where):
         module = _load_file(Path(where))
         stem = Path(where).stem
     else:
