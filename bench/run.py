@@ -261,6 +261,22 @@ def _peak_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def _current_kib() -> int:
+    """Resident set size now (Linux), or 0 where /proc is missing.
+
+    Printed beside the peaks: growth is measured peak to peak, so memory
+    freed after start-up could hide up to (peak before - RSS at start).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 async def _mem_open_stream(n: int) -> int:
     count = 0
     async with sluicegate.open_stream(agen(n), noop, window=WINDOW) as results:
@@ -300,11 +316,22 @@ def memory_child(kind: str, n: int) -> None:
     trio.run(case, 1000)
     gc.collect()
     before = _peak_kib()
+    current = _current_kib()
     start = time.perf_counter()
     count = trio.run(case, n)
     seconds = time.perf_counter() - start
     after = _peak_kib()
-    print(json.dumps({"count": count, "seconds": seconds, "before": before, "after": after}))
+    print(
+        json.dumps(
+            {
+                "count": count,
+                "seconds": seconds,
+                "before": before,
+                "after": after,
+                "current": current,
+            }
+        )
+    )
 
 
 def run_memory_case(kind: str, n: int) -> dict[str, Any]:
@@ -452,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {label:<52} {growth:>10.2f} {fmt_rate(n_mem / out['seconds']):>9}"
                 f"  {'< 16 MiB':<10} {'PASS' if ok else 'MISS'}"
-                f"  (peak {out['before'] / 1024:.1f} -> {out['after'] / 1024:.1f} MiB)"
+                f"  (peak {out['before'] / 1024:.1f} -> {out['after'] / 1024:.1f} MiB,"
+                f" RSS at start {out['current'] / 1024:.1f} MiB)"
             )
 
     load = os.getloadavg()
