@@ -505,8 +505,9 @@ async def test_parked_pull_is_cancelled_with_the_stream(autojump_clock: Any) -> 
     assert watched.recordings[0].close_count == 1
 
 
+@pytest.mark.parametrize("window", [2, 3, None])
 async def test_drain_lets_in_flight_runs_finish_and_admits_nothing_more(
-    autojump_clock: Any,
+    autojump_clock: Any, window: int | None
 ) -> None:
     drain = Drain()
     follow_ups_asked: list[str] = []
@@ -526,8 +527,10 @@ async def test_drain_lets_in_flight_runs_finish_and_admits_nothing_more(
     watched = Watched(
         SampleSource[str, str].from_items(["slow", "trigger"], on_complete=on_complete)
     )
-    results = await run_stream(watched, run, window=2, drain=drain)
+    # With a third place, a pull is parked waiting for work when the drain comes.
+    results = await run_stream(watched, run, window=window, drain=drain)
     assert results == ["slow", "trigger"]
+    assert trio.current_time() == 3
     assert sorted(follow_ups_asked) == ["slow", "trigger"]
     assert watched.recordings[0].close_count == 1
 
@@ -557,6 +560,46 @@ async def test_enqueue_outside_a_run_raises() -> None:
 
     with pytest.raises(RuntimeError, match="SampleSource"):
         await run_stream([1], plain_run, window=1)
+
+
+async def test_enqueue_inside_next_raises_even_in_a_nested_stream() -> None:
+    errors: list[RuntimeError] = []
+
+    async def asking() -> None:
+        try:
+            enqueue("from next")
+        except RuntimeError as exc:
+            errors.append(exc)
+        return None
+
+    async def outer_run(item: str) -> list[str]:
+        assert item == "o", "enqueue() in the inner next() fed the outer stream"
+        # window=None: the inner puller task inherits this run's context.
+        inner = SampleSource[str, str].from_items(["i"], next=asking)
+        return await run_stream(inner, RunProbe(), window=None)
+
+    outer = SampleSource[str, list[str]].from_items(["o"])
+    assert await run_stream(outer, outer_run, window=None) == [["i"]]
+    assert len(errors) == 1
+    assert "SampleSource" in str(errors[0])
+
+
+@pytest.mark.parametrize("hook", ["initial", "next", "on_complete"])
+async def test_hook_returning_a_string_is_a_type_error(hook: str) -> None:
+    class Stringy(SampleSource[str, str]):
+        def initial(self) -> Sequence[str]:
+            return "abc" if hook == "initial" else ["x"]
+
+        async def next(self) -> Sequence[str] | None:
+            return "abc" if hook == "next" else None
+
+        async def on_complete(self, item: str, result: str) -> Sequence[str] | None:
+            return "abc" if hook == "on_complete" else None
+
+    probe: RunProbe[str] = RunProbe()
+    with pytest.raises(TypeError, match="'abc'"):
+        await run_stream(Stringy(), probe, window=2)
+    assert "a" not in probe.started
 
 
 async def test_enqueue_after_the_stream_ended_raises(autojump_clock: Any) -> None:
@@ -658,7 +701,11 @@ def trees(draw: st.DrawFn) -> dict[str, Any]:
                 "offset": draw(st.integers(0, 4)),
             }
         )
-    return {"nodes": nodes, "window": draw(st.none() | st.integers(1, 5))}
+    return {
+        "nodes": nodes,
+        "window": draw(st.none() | st.integers(1, 5)),
+        "front": draw(st.sampled_from(["run_stream", "ordered", "unordered"])),
+    }
 
 
 async def play(tree: dict[str, Any]) -> None:
@@ -737,7 +784,17 @@ async def play(tree: dict[str, Any]) -> None:
 
     watched = Watched(Tree())
     with trio.fail_after(DEADLOCK):
-        results = await run_stream(watched, run, window=window)
+        if tree["front"] == "run_stream":
+            results = await run_stream(watched, run, window=window)
+        else:
+            ordered = tree["front"] == "ordered"
+            by_index: dict[int, int] = {}
+            async with open_stream(watched, run, window=window, ordered=ordered) as stream:
+                async for done in stream:
+                    assert done.item == watched.recordings[0].pulled[done.index]
+                    assert not ordered or done.index == len(by_index)
+                    by_index[done.index] = done.value
+            results = [by_index[index] for index in range(len(by_index))]
     recording = watched.recordings[0]
 
     assert sorted(started) == list(range(len(nodes))), "every item runs exactly once"

@@ -61,7 +61,10 @@ class SampleSource(Generic[T, R]):
     * An exception from :meth:`initial` or :meth:`next` fails the stream as
       a failing source does; one from :meth:`on_complete` fails it as a
       failing run does. Either way it surfaces as itself through the
-      runner's fail-fast.
+      runner's fail-fast. A hook returning a ``str`` or ``bytes`` instead
+      of a sequence of items is a ``TypeError`` raised the same way.
+    * :func:`~sluicegate.enqueue` works inside runs and ``on_complete``, not
+      inside ``initial()`` or ``next()``, which return their items instead.
 
     A source may be passed to several streams, one after another or at the
     same time; each stream keeps its own buffer and counts. Nothing is kept
@@ -91,7 +94,8 @@ class SampleSource(Generic[T, R]):
         Called in the run's own task right after ``run(item)`` returned
         ``result``, and counted as part of that run: it occupies the run's
         window place, and :meth:`next` is not asked while it is pending.
-        It is not called for a run that raised.
+        It is not called for a run that raised. It may call
+        :func:`~sluicegate.enqueue` too.
 
         Returns:
             Items to run next (they start on free places at once), or
@@ -219,9 +223,14 @@ class _SampleStream(Generic[T, R]):
         if self._pulling:
             raise RuntimeError("a SampleSource stream was pulled by two tasks at once")
         self._pulling = True
+        # initial() and next() run outside any run of this stream, even when the
+        # pulling task inherited an outer stream's context (a stream nested in
+        # a run): an enqueue() there must fail, not feed the outer stream.
+        token = _current_stream.set(None)
         try:
             return await self._pull()
         finally:
+            _current_stream.reset(token)
             self._pulling = False
 
     async def _pull(self) -> T:
@@ -258,6 +267,12 @@ class _SampleStream(Generic[T, R]):
                 self._add(more)
 
     def _add(self, items: Iterable[T]) -> None:
+        if isinstance(items, (str, bytes)):
+            # Iterating would split it into characters, which is never meant.
+            raise TypeError(
+                "a SampleSource hook must return a sequence of items or None, "
+                f"not the {type(items).__name__} {items!r}"
+            )
         if self._closed:
             # A drain (or a failure) closed the stream while runs were still
             # finishing: no further work is admitted.
