@@ -36,9 +36,9 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
+import attrs
 import trio
 
 import sluicegate
@@ -191,12 +191,12 @@ def time_case(case: Case, n: int) -> tuple[float, float]:
     return trio.run(main)
 
 
-@dataclass
+@attrs.define
 class Row:
     name: str
     items: int
-    times: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
+    times: list[float] = attrs.Factory(list)
+    cpu: list[float] = attrs.Factory(list)
     target: str = ""
     ok: bool | None = None  # None: no target on this row
     cpu_ok: bool | None = None  # the same targets judged on CPU time
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.quick:
-        n_noop, n_sat, n_mem, repeats = 5_000, 640, 20_000, 3
+        n_noop, n_sat, n_mem, repeats = 3_000, 320, 10_000, 3
     else:
         n_noop, n_sat, n_mem, repeats = 100_000, 3_000, 1_000_000, 3
     if args.repeats is not None:
