@@ -1,8 +1,9 @@
 """SampleSource and enqueue(): dynamic sources on the core runner.
 
-Every test runs on trio's MockClock (the ``autojump_clock`` fixture, or an
-explicit ``MockClock`` for the Hypothesis property), so durations cost no real
-time and a deadlock turns into a ``TooSlowError`` instead of a hang.
+Tests that involve time run on trio's MockClock (the ``autojump_clock``
+fixture, or an explicit ``MockClock`` for the Hypothesis property), so
+durations cost no real time and a deadlock turns into a ``TooSlowError``
+instead of a hang.
 """
 
 from __future__ import annotations
@@ -190,9 +191,9 @@ async def test_from_items_copies_the_seed_for_every_stream() -> None:
 
 def test_from_items_rejects_non_callables() -> None:
     with pytest.raises(TypeError, match="next"):
-        SampleSource.from_items([], next=[1, 2])  # type: ignore[arg-type]
+        SampleSource.from_items([], next=[1, 2])  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="on_complete"):
-        SampleSource.from_items([], on_complete="x")  # type: ignore[arg-type]
+        SampleSource.from_items([], on_complete="x")  # type: ignore[call-overload]
 
 
 async def test_default_source_has_no_work() -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import collections
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 import trio
 
@@ -103,13 +103,33 @@ class SampleSource(Generic[T, R]):
         """
         return None
 
+    # Without on_complete nothing fixes R, so the result type says Any rather
+    # than making every caller spell out SampleSource[T, R].from_items(...).
+    @overload
+    @staticmethod
+    def from_items(
+        initial: Iterable[T],
+        *,
+        next: Callable[[], Awaitable[Sequence[T] | None]] | None = None,
+        on_complete: None = None,
+    ) -> SampleSource[T, Any]: ...
+
+    @overload
+    @staticmethod
+    def from_items(
+        initial: Iterable[T],
+        *,
+        next: Callable[[], Awaitable[Sequence[T] | None]] | None = None,
+        on_complete: Callable[[T, R], Awaitable[Sequence[T] | None]],
+    ) -> SampleSource[T, R]: ...
+
     @staticmethod
     def from_items(
         initial: Iterable[T],
         *,
         next: Callable[[], Awaitable[Sequence[T] | None]] | None = None,
         on_complete: Callable[[T, R], Awaitable[Sequence[T] | None]] | None = None,
-    ) -> SampleSource[T, R]:
+    ) -> SampleSource[T, Any]:
         """Build a source from a seed and optional async callables, without subclassing.
 
         Args:
