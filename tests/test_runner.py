@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import itertools
+from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from typing import Any
 
@@ -381,3 +382,32 @@ async def test_empty_source() -> None:
     assert feed.close_count == 1
     async with open_stream([], RunProbe(), window=None) as results:
         assert [done async for done in results] == []
+
+
+@pytest.mark.parametrize("window", [1, 4, None])
+async def test_a_source_and_runs_that_never_block_stay_cancellable(window: int | None) -> None:
+    calls = 0
+
+    def guarded_count() -> Iterator[int]:
+        for item in itertools.count():
+            assert item < 100_000, "the dispatcher never reached a checkpoint"
+            yield item
+
+    async def instant(item: int) -> int:
+        nonlocal calls
+        calls += 1
+        # Fail instead of hanging if the dispatcher never lets the canceller in.
+        assert calls < 100_000, "the dispatcher never reached a checkpoint"
+        return item
+
+    async with trio.open_nursery() as nursery:
+
+        async def cancel_soon() -> None:
+            for _ in range(3):
+                await trio.lowlevel.checkpoint()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(cancel_soon)
+        await run_stream(guarded_count(), instant, window=window)
+    assert nursery.cancel_scope.cancelled_caught
+    assert calls < 1_000

@@ -22,11 +22,3 @@ __all__ = [
     "run_stream",
     "take",
 ]
-
-# Public names report the package, not the private module they were defined in
-# (trio's habit), so reprs, docs and pickles stay stable if the layout moves.
-for _name in __all__:
-    _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("sluicegate._"):
-        _obj.__module__ = __name__
-del _name, _obj

@@ -28,9 +28,3 @@ __all__ = [
     "schedules",
     "windows",
 ]
-
-for _name in __all__:
-    _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("sluicegate.testing._"):
-        _obj.__module__ = __name__
-del _name, _obj
