@@ -360,6 +360,13 @@ class _Dispatch(Generic[T, R]):
             self._consumer_lot.wake_one()
             self._drain_scope.cancel()
 
+    def _keep(self, index: int, item: T, value: R) -> None:
+        """Store a finished run's value: by index, or for the consumer."""
+        if self._collect:
+            self.results[index] = value
+        else:
+            self._deliver(Done(index, item, value))
+
     async def _worker(self) -> None:
         run = self._run
         passes = 0
@@ -377,10 +384,7 @@ class _Dispatch(Generic[T, R]):
                 except Exception as exc:
                     self._fail(exc, f"sluicegate: raised by the run of item {index}")
                     return
-                if self._collect:
-                    self.results[index] = value
-                else:
-                    self._deliver(Done(index, item, value))
+                self._keep(index, item, value)
         finally:
             self._exited()
 
@@ -393,10 +397,7 @@ class _Dispatch(Generic[T, R]):
             except Exception as exc:
                 self._fail(exc, f"sluicegate: raised by the run of item {index}")
                 return
-            if self._collect:
-                self.results[index] = value
-            else:
-                self._deliver(Done(index, item, value))
+            self._keep(index, item, value)
         finally:
             self._exited()
 
