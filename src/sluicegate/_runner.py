@@ -97,10 +97,30 @@ class Drain:
         return f"<Drain {state}>"
 
 
-# A source and runs that never block would keep a worker's loop from ever
-# reaching the scheduler, so deadlines and cancellation could not get in. A
-# checkpoint every so many passes bounds that at a cost of ~0.1 us per item.
-_YIELD_EVERY = 32
+# A source and runs that never block would keep a loop from ever reaching the
+# scheduler, so deadlines and cancellation could not get in. Loops over items
+# (here and in _take, _taskset) yield every so many passes; a full checkpoint
+# costs far more than handing over an in-memory item, so not on every pass.
+YIELD_EVERY = 32
+
+
+async def close_source(source: object) -> None:
+    """Close ``source`` with its ``aclose()`` or ``close()``, if it has one.
+
+    Closing is shielded from cancellation, so cleanup in an async generator's
+    ``finally`` runs to the end even when the caller is being cancelled.
+
+    Raises:
+        Exception: whatever closing raised.
+    """
+    aclose = getattr(source, "aclose", None)
+    if aclose is not None:
+        with trio.CancelScope(shield=True):
+            await aclose()
+        return
+    close = getattr(source, "close", None)
+    if close is not None:
+        close()
 
 
 class _Waiters:
@@ -311,21 +331,12 @@ class _Dispatch(Generic[T, R]):
             self._failure.add_note(f"{note.removeprefix('sluicegate: ')}, also failed: {exc!r}")
 
     async def _close_source(self) -> BaseException | None:
-        """Close the source once, shielded; returns what closing raised."""
+        """Close the source once; returns what closing raised."""
         if self._closed:
             return None
         self._closed = True
-        it: object = self._aiter if self._aiter is not None else self._iter
         try:
-            with trio.CancelScope(shield=True):
-                if self._aiter is not None:
-                    aclose = getattr(it, "aclose", None)
-                    if aclose is not None:
-                        await aclose()
-                else:
-                    close = getattr(it, "close", None)
-                    if close is not None:
-                        close()
+            await close_source(self._aiter if self._aiter is not None else self._iter)
         except Exception as exc:
             return exc
         return None
@@ -373,7 +384,7 @@ class _Dispatch(Generic[T, R]):
         try:
             while True:
                 passes += 1
-                if not passes % _YIELD_EVERY:
+                if not passes % YIELD_EVERY:
                     await trio.lowlevel.checkpoint()
                 pulled = await self._pull()
                 if pulled is None:
@@ -406,7 +417,7 @@ class _Dispatch(Generic[T, R]):
         try:
             while True:
                 passes += 1
-                if not passes % _YIELD_EVERY:
+                if not passes % YIELD_EVERY:
                     await trio.lowlevel.checkpoint()
                 pulled = await self._pull()
                 if pulled is None:

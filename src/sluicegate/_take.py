@@ -15,15 +15,13 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
+from ._runner import YIELD_EVERY, close_source
+
 __all__ = ["Take", "take"]
 
 T = TypeVar("T")
 
 _END: Any = object()
-
-# A full checkpoint is a scheduler round, which costs more than reading an
-# in-memory item by an order of magnitude; see pace().
-_YIELD_EVERY = 64
 
 
 def check_count(n: object, what: str) -> int:
@@ -44,34 +42,15 @@ def check_count(n: object, what: str) -> int:
 async def pace(count: int) -> None:
     """The checkpoint taken before reading item number ``count`` of a sync source.
 
-    Every call raises if the task is cancelled; every ``_YIELD_EVERY``-th call
+    Every call raises if the task is cancelled; every ``YIELD_EVERY``-th call
     (the first included) also yields to the scheduler. A loop over a large or
     infinite in-memory set thus stays cancellable and lets other tasks (and
     deadlines) run, without paying a scheduler round per item.
     """
-    if count % _YIELD_EVERY:
+    if count % YIELD_EVERY:
         await trio.lowlevel.checkpoint_if_cancelled()
     else:
         await trio.lowlevel.checkpoint()
-
-
-async def close_source(source: object) -> None:
-    """Close ``source`` with its ``aclose()`` or ``close()``, if it has one.
-
-    Closing is shielded from cancellation, so cleanup in an async generator's
-    ``finally`` runs to the end even when the caller is being cancelled.
-
-    Raises:
-        Exception: whatever closing raised.
-    """
-    aclose = getattr(source, "aclose", None)
-    if aclose is not None:
-        with trio.CancelScope(shield=True):
-            await aclose()
-        return
-    close = getattr(source, "close", None)
-    if close is not None:
-        close()
 
 
 async def close_after(source: object, exc: BaseException) -> None:

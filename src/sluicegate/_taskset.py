@@ -31,7 +31,8 @@ from typing import Any, Generic, TypeVar, cast
 
 import attrs
 
-from ._take import check_count, close_after, close_source, pace, take
+from ._runner import close_source
+from ._take import check_count, close_after, pace, take
 
 __all__ = ["FeedTaskset", "Task", "Taskset"]
 
