@@ -232,6 +232,7 @@ class _Dispatch(Generic[T, R]):
         self._pull_busy = False
         self._pull_lot = _Waiters()
         self._pull_scope: trio.CancelScope | None = None
+        self._cut_scope: trio.CancelScope | None = None
         # run_stream: results by index.
         self.results: list[Any] = []
         # open_stream: finished runs waiting for the consumer.
@@ -254,11 +255,14 @@ class _Dispatch(Generic[T, R]):
             or (self._drain is not None and self._drain.requested)
         )
 
-    async def _pull(self) -> tuple[int, T] | None:
+    async def _pull(self, scope: trio.CancelScope) -> tuple[int, T] | None:
         """Take the next item, or None when admission is over.
 
         Callers take turns; whoever holds the turn is the only one touching
-        the source, which async generators require.
+        the source, which async generators require. ``scope`` is the caller's
+        own long-lived cancel scope: a drain cancels it to cut a pull that is
+        waiting on a quiet source (a scope per pull would cost more than the
+        rest of the pull put together).
         """
         while True:
             while self._pull_busy:
@@ -282,24 +286,15 @@ class _Dispatch(Generic[T, R]):
                 except StopIteration:
                     self._exhausted = True
                     return None
-            elif self._drain is None:
+            else:
+                self._pull_scope = scope
                 try:
                     item = await anext(self._aiter)  # type: ignore[arg-type]
                 except StopAsyncIteration:
                     self._exhausted = True
                     return None
-            else:
-                with trio.CancelScope() as scope:
-                    self._pull_scope = scope
-                    try:
-                        item = await anext(self._aiter)  # type: ignore[arg-type]
-                    except StopAsyncIteration:
-                        self._exhausted = True
-                        return None
-                    finally:
-                        self._pull_scope = None
-                if scope.cancelled_caught:
-                    return None
+                finally:
+                    self._pull_scope = None
             if self._failure is not None:
                 # The item arrived in the same instant as another run failed:
                 # nothing may start after a failure.
@@ -307,6 +302,14 @@ class _Dispatch(Generic[T, R]):
             self._pulled = index + 1
             if self._collect:
                 self.results.append(None)
+            if self._cut_scope is scope:
+                # A drain cancelled this pull, but the item had already
+                # arrived. Taken from the source, it must run, yet not under
+                # the caller's cancelled scope: give it a task of its own.
+                assert self._nursery is not None
+                self._live += 1
+                self._nursery.start_soon(self._run_one, index, item)
+                return None
             return index, item
         except Exception as exc:
             self._fail(exc, f"sluicegate: raised by the source while pulling item {self._pulled}")
@@ -347,6 +350,7 @@ class _Dispatch(Generic[T, R]):
         if self._drain_scope.cancelled_caught:
             return
         if self._pull_scope is not None:
+            self._cut_scope = self._pull_scope
             self._pull_scope.cancel()
         # Wait for our turn so that the source is never closed mid-pull.
         while self._pull_busy:
@@ -382,20 +386,21 @@ class _Dispatch(Generic[T, R]):
         run = self._run
         passes = 0
         try:
-            while True:
-                passes += 1
-                if not passes % YIELD_EVERY:
-                    await trio.lowlevel.checkpoint()
-                pulled = await self._pull()
-                if pulled is None:
-                    return
-                index, item = pulled
-                try:
-                    value = await run(item)
-                except Exception as exc:
-                    self._fail(exc, f"sluicegate: raised by the run of item {index}")
-                    return
-                self._keep(index, item, value)
+            with trio.CancelScope() as scope:
+                while True:
+                    passes += 1
+                    if not passes % YIELD_EVERY:
+                        await trio.lowlevel.checkpoint()
+                    pulled = await self._pull(scope)
+                    if pulled is None:
+                        return
+                    index, item = pulled
+                    try:
+                        value = await run(item)
+                    except Exception as exc:
+                        self._fail(exc, f"sluicegate: raised by the run of item {index}")
+                        return
+                    self._keep(index, item, value)
         finally:
             self._exited()
 
@@ -415,15 +420,16 @@ class _Dispatch(Generic[T, R]):
     async def _puller(self, nursery: trio.Nursery) -> None:
         passes = 0
         try:
-            while True:
-                passes += 1
-                if not passes % YIELD_EVERY:
-                    await trio.lowlevel.checkpoint()
-                pulled = await self._pull()
-                if pulled is None:
-                    return
-                self._live += 1
-                nursery.start_soon(self._run_one, *pulled)
+            with trio.CancelScope() as scope:
+                while True:
+                    passes += 1
+                    if not passes % YIELD_EVERY:
+                        await trio.lowlevel.checkpoint()
+                    pulled = await self._pull(scope)
+                    if pulled is None:
+                        return
+                    self._live += 1
+                    nursery.start_soon(self._run_one, *pulled)
         finally:
             self._exited()
 
