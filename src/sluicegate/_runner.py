@@ -227,7 +227,7 @@ class _Dispatch(Generic[T, R]):
         self._closed = False
         self._failure: BaseException | None = None
         self._nursery: trio.Nursery | None = None
-        # Pull turn-taking: a bare flag and a parking lot, so the uncontended
+        # Pull turn-taking: a bare flag and a queue of waiters, so the uncontended
         # case costs one attribute check (trio.Lock always checkpoints).
         self._pull_busy = False
         self._pull_lot = _Waiters()
