@@ -424,7 +424,16 @@ class Ledger:
 
     def _room(self, db: sqlite3.Connection, path: Scope) -> tuple[Scope, Decimal | None]:
         """The tightest enclosing scope and its remaining room."""
-        tightest: tuple[Scope, Decimal | None] = ((), None)
+        scope, left = self._tightest(db, path)
+        return scope, None if left is None else from_micros(left)
+
+    def _tightest(self, db: sqlite3.Connection, path: Scope) -> tuple[Scope, int | None]:
+        """The enclosing scope with the least room left, and that room in micro-units.
+
+        Scopes without a limit of their own are skipped; ``((), None)`` means
+        nothing on the path has a limit.
+        """
+        tightest: tuple[Scope, int | None] = ((), None)
         for i in range(len(path) + 1):
             prefix = path[:i]
             row = db.execute(
@@ -432,7 +441,7 @@ class Ledger:
             ).fetchone()
             if row is None or row[0] is None:
                 continue
-            left = from_micros(row[0] - sum(self._usage(db, "/".join(prefix))))
+            left = row[0] - sum(self._usage(db, "/".join(prefix)))
             if tightest[1] is None or left < tightest[1]:
                 tightest = (prefix, left)
         return tightest
@@ -457,16 +466,9 @@ class Ledger:
         path = _check_scope(scope)
         micros = to_micros(amount)
         with self._write() as db:
-            for i in range(len(path) + 1):
-                prefix = path[:i]
-                row = db.execute(
-                    "SELECT limit_micros FROM scopes WHERE path = ?", ("/".join(prefix),)
-                ).fetchone()
-                if row is None or row[0] is None:
-                    continue
-                used = sum(self._usage(db, "/".join(prefix)))
-                if used + micros > row[0]:
-                    raise BudgetRefused(prefix, from_micros(micros), from_micros(row[0] - used))
+            scope_short, left = self._tightest(db, path)
+            if left is not None and micros > left:
+                raise BudgetRefused(scope_short, from_micros(micros), from_micros(left))
             self._ensure(db, path)
             now = _now()
             cursor = db.execute(
