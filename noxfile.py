@@ -21,13 +21,14 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
+    # sluicegate.testing builds on Hypothesis, which the test extra brings.
     session.install("-e", ".[test]", "mypy")
     session.run("mypy", "--strict", "src")
 
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    session.install("-e", ".[test]")
+    session.install("-e", ".[docs]")
     session.run("mkdocs", "build", "--strict", "--site-dir", session.create_tmp() + "/site")
 
 
