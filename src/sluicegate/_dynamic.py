@@ -22,6 +22,8 @@ from typing import Any, Generic, TypeVar, overload
 
 import trio
 
+from ._runner import YIELD_EVERY
+
 __all__ = ["SampleSource", "enqueue"]
 
 T = TypeVar("T")
@@ -217,6 +219,7 @@ class _SampleStream(Generic[T, R]):
         self._ended = False  # __anext__ has reported the end
         self._closed = False
         self._pulling = False
+        self._passes = 0
         # At most one task pulls at a time (the dispatcher serialises pulls), so
         # this lot holds at most one parked puller.
         self._wakeup = trio.lowlevel.ParkingLot()
@@ -256,11 +259,18 @@ class _SampleStream(Generic[T, R]):
     async def _pull(self) -> T:
         parked = False
         while True:
-            # Every pass yields (a park counts), so a source whose next() keeps
-            # returning [] without blocking can still be cancelled. Nothing is
-            # taken from the buffer before this point, so a cancellation here
-            # loses no item.
-            if not parked:
+            # Every pass is a cancellation point, and every YIELD_EVERY-th a
+            # schedule point too (a park counts), so a source whose next()
+            # keeps returning [] without blocking can still be cancelled and
+            # lets other tasks run, without a scheduler round per item. Nothing
+            # is taken from the buffer before this point, so a cancellation
+            # here loses no item.
+            self._passes += 1
+            if parked:
+                pass
+            elif self._passes % YIELD_EVERY:
+                await trio.lowlevel.checkpoint_if_cancelled()
+            else:
                 await trio.lowlevel.checkpoint()
             parked = False
             if self._closed:
