@@ -159,6 +159,20 @@ async def test_static_duplicate_ids_are_refused_before_any_rollout(
     assert env.seen == []
 
 
+@pytest.mark.parametrize("kind", ["feed", "infinite"])
+async def test_id_filter_on_an_endless_source_stops_after_the_last_wanted_id(
+    tmp_path: Path, autojump_clock: Any, kind: str
+) -> None:
+    taskset = Feed() if kind == "feed" else Infinite()
+    with trio.fail_after(1_000):
+        outcome = await go(tmp_path, Env(taskset), "-n", "5", "--id", "3", "--id", "7")
+    assert outcome.exit_status == 0
+    assert sorted(r["task_id"] for r in rows(tmp_path)) == ["3", "7"]
+    if isinstance(taskset, Feed):
+        assert taskset.pulls == 7
+        assert taskset.closed
+
+
 async def test_id_filter_and_shuffle_on_a_static_set(tmp_path: Path, autojump_clock: Any) -> None:
     env = Env(static(10))
     await go(tmp_path / "a", env, "--id", "7", "--id", "3")

@@ -219,12 +219,18 @@ def _static_slots(
 async def _identified(
     stream: AsyncIterator[Any], book: IdBook, ids: Collection[str]
 ) -> AsyncIterator[tuple[str, Any]]:
+    # Ids are unique, so once every wanted id has been seen nothing further
+    # can match: stop reading instead of waiting on the feed forever.
+    missing = set(ids)
     try:
         async for task in stream:
             task_id, task = book.assign(task)
             if ids and task_id not in ids:
                 continue
             yield task_id, task
+            missing.discard(task_id)
+            if ids and not missing:
+                return
     finally:
         await _aclose(stream)
 
