@@ -411,3 +411,50 @@ async def test_a_source_and_runs_that_never_block_stay_cancellable(window: int |
         await run_stream(guarded_count(), instant, window=window)
     assert nursery.cancel_scope.cancelled_caught
     assert calls < 1_000
+
+
+async def test_a_group_raised_by_the_consumer_body_comes_back_as_that_group() -> None:
+    feed = ScriptedFeed(range(5), end=True)
+    with pytest.raises(ExceptionGroup) as info:
+        async with open_stream(feed, RunProbe(), window=2) as results:
+            async for _ in results:
+                raise ExceptionGroup("mine", [ValueError("a"), TypeError("b")])
+    assert info.value.message == "mine"
+    assert [type(exc) for exc in info.value.exceptions] == [ValueError, TypeError]
+    assert feed.close_count == 1
+
+
+def test_a_keyboard_interrupt_from_a_run_is_not_dropped_for_a_body_error() -> None:
+    async def run(item: int) -> None:
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            raise KeyboardInterrupt from None  # Ctrl-C while the run unwinds
+
+    async def main() -> None:
+        async with open_stream(range(3), run, window=2):
+            await trio.sleep(1)
+            raise ValueError("body")
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert any("ValueError('body')" in note for note in info.value.__notes__)
+
+
+async def test_every_consumer_of_one_results_iterator_sees_the_end() -> None:
+    feed: ScriptedFeed[int] = ScriptedFeed([0])
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+    async with open_stream(feed, RunProbe(), window=2) as results:
+
+        async def consume(name: str) -> None:
+            async for done in results:
+                seen[name].append(done.value)
+
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(consume, "a")
+                nursery.start_soon(consume, "b")
+                await feed.wait_parked()
+                await trio.testing.wait_all_tasks_blocked()
+                feed.end()
+    assert sorted(seen["a"] + seen["b"]) == [0]

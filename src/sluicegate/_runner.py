@@ -240,6 +240,7 @@ class _Dispatch(Generic[T, R]):
         self._order: collections.deque[int] = collections.deque()  # for ordered=False
         self._handed = 0
         self._live = 0  # workers or per-item tasks still running
+        self._spawned = 0  # workers started so far
         self._consumer_lot = _Waiters()
         self._credit_window = None if collect else window
         self._credit_lot = _Waiters()
@@ -370,9 +371,10 @@ class _Dispatch(Generic[T, R]):
         """A worker (or per-item task, or the puller) is gone."""
         self._live -= 1
         if self._live == 0:
-            # Nothing will produce again: wake a waiting consumer so it sees the
-            # end, and stop watching for a drain that can no longer matter.
-            self._consumer_lot.wake_one()
+            # Nothing will produce again: wake every waiting consumer so each
+            # sees the end, and stop watching for a drain that can no longer
+            # matter.
+            self._consumer_lot.wake_all()
             self._drain_scope.cancel()
 
     def _keep(self, index: int, item: T, value: R) -> None:
@@ -382,8 +384,16 @@ class _Dispatch(Generic[T, R]):
         else:
             self._deliver(Done(index, item, value))
 
+    def _spawn_worker(self) -> None:
+        assert self._nursery is not None
+        self._spawned += 1
+        self._live += 1
+        self._nursery.start_soon(self._worker)
+
     async def _worker(self) -> None:
         run = self._run
+        window = self._window
+        assert window is not None
         passes = 0
         try:
             with trio.CancelScope() as scope:
@@ -394,6 +404,10 @@ class _Dispatch(Generic[T, R]):
                     pulled = await self._pull(scope)
                     if pulled is None:
                         return
+                    if self._spawned < window and not self._pull_lot and not self._credit_lot:
+                        # Nobody is waiting to pull next: add a worker, so the
+                        # pool grows with the work instead of all at once.
+                        self._spawn_worker()
                     index, item = pulled
                     try:
                         value = await run(item)
@@ -441,9 +455,10 @@ class _Dispatch(Generic[T, R]):
             self._live = 1
             nursery.start_soon(self._puller, nursery)
         else:
-            self._live = self._window
-            for _ in range(self._window):
-                nursery.start_soon(self._worker)
+            # One worker to start with; each adds another when it finds
+            # nobody waiting to pull after it, up to the window. A large
+            # window over a short source then costs nothing up front.
+            self._spawn_worker()
 
     # -- handing results to an open_stream consumer -----------------------------
 
@@ -511,27 +526,37 @@ class _Dispatch(Generic[T, R]):
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The exception to re-raise in place of a nursery's group.
+    """The exception to re-raise in place of the dispatcher nursery's group.
 
-    Workers never raise run failures into the nursery, so what arrives here is
-    cancellation, a KeyboardInterrupt, or an error from an ``open_stream``
-    consumer body. Those are re-raised as themselves; a non-cancel exception
-    wins over the ``Cancelled`` that accompanies it.
+    Workers never raise run failures into the nursery, so the group holds
+    cancellation, a ``KeyboardInterrupt`` (or other ``BaseException``) from a
+    run, or what an ``open_stream`` consumer body raised. Each of those is
+    re-raised as itself, untouched: a body that raises its own
+    ``ExceptionGroup`` gets that group back. ``Cancelled`` only wins when
+    nothing else is there, and a ``KeyboardInterrupt`` is never dropped in
+    favour of an ordinary exception; anything else is kept as a note.
     """
-    leaves: list[BaseException] = []
+    kept: list[BaseException] = []
+    for exc in group.exceptions:
+        if isinstance(exc, trio.Cancelled):
+            continue
+        if isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None:
+            continue
+        kept.append(exc)
+    if not kept:
+        return _first_leaf(group)
+    # A KeyboardInterrupt or SystemExit outranks an ordinary exception.
+    kept.sort(key=lambda exc: isinstance(exc, Exception))
+    first, others = kept[0], kept[1:]
+    for other in others:
+        first.add_note(f"sluicegate: also raised meanwhile: {other!r}")
+    return first
 
-    def walk(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                walk(inner)
-        else:
-            leaves.append(exc)
 
-    walk(group)
-    for leaf in leaves:
-        if not isinstance(leaf, trio.Cancelled):
-            return leaf
-    return leaves[0] if leaves else group
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 async def run_stream(
