@@ -504,7 +504,7 @@ async def test_dynamic_ids_rollouts_and_growing_total(tmp_path: Path, autojump_c
 
 
 async def test_duplicate_ids_from_a_source_fail_the_run(
-    tmp_path: Path, autojump_clock: Any
+    tmp_path: Path, autojump_clock: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async def on_complete(item: Task, result: Any) -> Sequence[Task]:
         return [Task(input="again", id="1")]
@@ -515,6 +515,8 @@ async def test_duplicate_ids_from_a_source_fail_the_run(
     record = run_json(tmp_path)
     assert record["stop_reason"] == "failed"
     assert "duplicate" in record["error"]
+    # Our own refusal is one line, not a traceback.
+    assert "Traceback" not in capsys.readouterr().err
 
 
 async def test_n_caps_added_tasks_with_one_warning(tmp_path: Path, autojump_clock: Any) -> None:
@@ -661,9 +663,20 @@ async def test_resume_with_a_different_config_is_refused(
     env = Env(static(3))
     with pytest.raises(UsageError, match=r"-n/--num-tasks: 2 in run.json, 3 now"):
         await go(tmp_path, env, "-n", "3", "--resume", str(tmp_path))
+    with pytest.raises(UsageError, match=r"-n/--num-tasks: 2 in run.json, not given now"):
+        await go(tmp_path, env, "--resume", str(tmp_path))
     # -c may change on a resume.
     await go(tmp_path, env, "-n", "2", "-c", "7", "--resume", str(tmp_path))
     assert env.seen == []
+
+
+async def test_an_output_path_that_is_a_file_is_a_usage_error(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    target = tmp_path / "afile"
+    target.write_text("not a directory")
+    with pytest.raises(UsageError, match="not a directory"):
+        await evaluate(make_config(target), env_of(Env(static(2))))
 
 
 async def test_an_existing_results_file_is_not_overwritten(

@@ -92,8 +92,9 @@ def register(commands: Any) -> None:
         "--fail-on-error",
         default="0",
         metavar="X",
-        help="errors tolerated: a count N fails at the Nth error (0, the default: the "
-        "first), a fraction in (0,1) fails when errors exceed it",
+        help="when errors fail the run: a count N stops it at the Nth error (0, the "
+        "default, and 1 both stop at the first), a fraction in (0,1) fails it when "
+        "errors exceed that share of the rollouts",
     )
     parser.add_argument(
         "--id",

@@ -79,8 +79,12 @@ def differences(recorded: EvalConfig, current: EvalConfig) -> list[str]:
     for key, flag in _RESUME_KEYS.items():
         old, new = getattr(recorded, key), getattr(current, key)
         if old != new:
-            found.append(f"{flag}: {old!r} in run.json, {new!r} now")
+            found.append(f"{flag}: {_shown(old)} in run.json, {_shown(new)} now")
     return found
+
+
+def _shown(value: object) -> str:
+    return "not given" if value is None else repr(value)
 
 
 _COUNT = re.compile(r"\d+")

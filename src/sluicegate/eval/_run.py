@@ -26,7 +26,7 @@ from .._runner import Drain, open_stream
 from ._config import ErrorBudget, EvalConfig, UsageError, differences
 from ._display import Display, Summary, make_display
 from ._log import RESULTS, TORN, ResultsLog, read_results, read_run_record, write_run_record
-from ._plan import EvalSource, Slot, build_source, check, kind_of
+from ._plan import DuplicateTaskId, EvalSource, Slot, build_source, check, kind_of
 from ._records import ErrorInfo, Row, RunRecord, Score, StopReason
 from ._tally import Tally
 from ._target import Environment
@@ -176,6 +176,8 @@ def _prepare_directory(config: EvalConfig) -> tuple[Path, dict[tuple[str, int], 
                 stacklevel=1,
             )
         return directory, previous.ok
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"-o {directory}: exists and is not a directory")
     if (directory / RESULTS).exists():
         raise UsageError(
             f"{directory} already holds {RESULTS}: pass --resume {directory} to continue "
@@ -277,11 +279,14 @@ async def evaluate(
                     await consume()
             except _ErrorBudgetCrossed:
                 stop = "failed"
-                error = f"--fail-on-error {config.fail_on_error}: {tally.errors} errors"
+                error = f"--fail-on-error {config.fail_on_error}: {_errors(tally.errors)}"
             except Exception as exc:
                 stop = "failed"
                 error = f"{type(exc).__name__}: {exc}"
-                traceback.print_exception(exc)
+                if not isinstance(exc, DuplicateTaskId):
+                    # The environment's own failure: its traceback is what the
+                    # user needs. Our own refusals say everything in one line.
+                    traceback.print_exception(exc)
             finally:
                 helpers.cancel_scope.cancel()
     finally:
@@ -292,7 +297,7 @@ async def evaluate(
             error = drain.reason if drain.requested else "cancelled"
         elif budget.crossed(tally.errors, tally.planned):
             stop = "failed"
-            error = f"--fail-on-error {config.fail_on_error}: {tally.errors} errors"
+            error = f"--fail-on-error {config.fail_on_error}: {_errors(tally.errors)}"
     record = attrs.evolve(
         record,
         ended_at=datetime.now(UTC),
@@ -314,3 +319,7 @@ async def evaluate(
             )
         )
     return Outcome(record=record, directory=directory)
+
+
+def _errors(count: int) -> str:
+    return f"{count} error" if count == 1 else f"{count} errors"
