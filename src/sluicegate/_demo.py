@@ -107,7 +107,9 @@ async def run_demo(
         live = Live(summary_table(tally), console=console, refresh_per_second=8)
         live.start()
     try:
-        async with open_stream(feed(items, rng, tally), process, window=window) as results:
+        source = feed(items, rng, tally)
+        # Completion order, so each job is shown the moment it is done.
+        async with open_stream(source, process, window=window, ordered=False) as results:
             async for done in results:
                 if live is not None:
                     live.update(summary_table(tally))
@@ -130,7 +132,8 @@ def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "demo",
         help="run a live feed through a window and watch it",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description="Run a seeded live feed through open_stream with a window, "
+        "with live progress and a final summary.",
     )
     parser.add_argument("--items", type=int, default=40, help="jobs in the feed (default 40)")
     parser.add_argument("--window", type=int, default=8, help="jobs in flight at most (default 8)")
