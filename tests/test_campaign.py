@@ -282,7 +282,7 @@ async def test_uncertain_keeps_its_hold_stops_dispatch_until_reconciled(env: Env
     mid = reconcile(env.out, "b", "blocked")
     assert mid.row("a").reconciled and mid.row("a").cost == D("1.5")
     assert mid.row("b").cost == D("2")  # held in full, then settled in full
-    assert mid.stop_reason is None and mid.verified == 1
+    assert mid.stop_reason == "reconciled" and mid.verified == 1
     final = await env.run()
     assert statuses(final) == {"a": "verified", "b": "blocked", "c": "verified"}
     assert final.stop_reason == "panel_exhausted"

@@ -64,6 +64,10 @@ def test_run_status_reconcile(env: Env, capsys: pytest.CaptureFixture[str]) -> N
     args = ["campaign", "reconcile", str(env.out), "b", "--as", "blocked", "--cost", "0.25"]
     assert main(args) == 0
     assert "b: blocked, cost 0.25" in capsys.readouterr().out
+    # No controller runs after the last reconcile: the status must not claim one does.
+    assert main(["campaign", "status", str(env.out)]) == 0
+    out = capsys.readouterr().out
+    assert "[reconciled]" in out and "[running]" not in out
     assert main(args) == 2
     assert "not uncertain" in capsys.readouterr().err
 

@@ -27,6 +27,7 @@ StopReason = Literal[
     "drained",
     "budget_exhausted",
     "panel_exhausted",
+    "reconciled",
 ]
 FINISHED: frozenset[str] = frozenset({"verified", "generated_unverified", "blocked"})
 
@@ -86,6 +87,8 @@ class Report:
         held: Reserved or uncertain in the campaign's ledger scope.
         cap: The campaign's ``max_spend``.
         stop_reason: Why the last run stopped; None while it runs.
+            ``reconciled`` once ``campaign reconcile`` resolved the last
+            uncertain candidate: no controller runs and the next run continues.
         draining: A drain was requested: no further job is admitted.
         updated: When this report was written.
     """

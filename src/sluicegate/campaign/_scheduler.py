@@ -773,7 +773,8 @@ def reconcile(
             reconciled=True,
         )
         still = any(r.status == "uncertain" for r in rows.values())
-        stop: StopReason | None = report.stop_reason if still else None
+        # Never None: None means "a controller runs", and none does here.
+        stop: StopReason = "reconciliation_required" if still else "reconciled"
         new = summarize(plan, rows, set(report.prior_verified), ledger.usage((plan.name,)), stop)
         write_json_atomic(outdir / REPORT_FILE, new)
         return new
