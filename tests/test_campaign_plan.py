@@ -114,7 +114,9 @@ def test_not_json_and_not_an_object(tmp_path: Path) -> None:
     path.write_text("{nope")
     with pytest.raises(CampaignFileError, match="not valid JSON"):
         load_plan(path)
-    assert problems(tmp_path, [1, 2])
+    assert problems(tmp_path, [1, 2]) == ["plan: must be a JSON object, not a list"]
+    assert problems(tmp_path, []) == ["plan: must be a JSON object, not a list"]
+    assert problems(tmp_path, "x") == ["plan: must be a JSON object, not a string"]
 
 
 def test_plans_are_values() -> None:

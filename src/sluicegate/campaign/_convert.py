@@ -16,6 +16,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
 import cattrs
 from cattrs.v import format_exception, transform_error
 
@@ -115,12 +116,26 @@ def load_json(path: Path | str, cls: type[T], *, root: str = "$") -> T:
     return structure(data, cls, path=path, root=root)
 
 
+_JSON_KIND = {
+    list: "a list",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
 def structure(data: Any, cls: type[T], *, path: Path | str, root: str = "$") -> T:
     """Structure already-parsed JSON ``data`` as ``cls``, with readable errors.
 
     Raises:
         CampaignFileError: as for :func:`load_json`.
     """
+    if attrs.has(cls) and not isinstance(data, dict):
+        # cattrs would fail on `.keys()` and report an "unknown error".
+        kind = _JSON_KIND.get(type(data), type(data).__name__)
+        raise CampaignFileError(path, [f"{root}: must be a JSON object, not {kind}"])
     try:
         return converter.structure(data, cls)
     except Exception as exc:
