@@ -64,8 +64,14 @@ class Watched(SampleSource[Any, Any]):
     async def on_complete(self, item: Any, result: Any) -> Sequence[Any] | None:
         return await self.inner.on_complete(item, result)
 
-    def bind_run(self, run: Callable[[Any], Awaitable[Any]], /) -> Any:
-        stream, wrapped = super().bind_run(run)
+    def bind_run(
+        self,
+        run: Callable[[Any], Awaitable[Any]],
+        /,
+        *,
+        admitting: Callable[[], bool] | None = None,
+    ) -> Any:
+        stream, wrapped = super().bind_run(run, admitting=admitting)
         recording = Recording(stream)
         self.bound.append(stream)
         self.recordings.append(recording)
@@ -811,3 +817,21 @@ async def play(tree: dict[str, Any]) -> None:
 @given(trees())
 def test_random_trees_of_follow_ups(tree: dict[str, Any]) -> None:
     trio.run(play, tree, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+@pytest.mark.parametrize("window", [2, None])
+async def test_work_added_after_a_drain_request_does_not_run(
+    autojump_clock: Any, window: int | None
+) -> None:
+    drain = Drain()
+
+    async def run(item: object) -> object:
+        await trio.sleep(1)
+        if item == 0:
+            drain.request()
+            enqueue("after the drain")
+        return item
+
+    with trio.fail_after(100):
+        results = await run_stream(SampleSource.from_items([0]), run, window=window, drain=drain)
+    assert results == [0]

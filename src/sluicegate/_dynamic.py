@@ -153,19 +153,26 @@ class SampleSource(Generic[T, R]):
         return _ItemsSource(tuple(initial), next, on_complete)
 
     def bind_run(
-        self, run: Callable[[T], Awaitable[R]], /
+        self,
+        run: Callable[[T], Awaitable[R]],
+        /,
+        *,
+        admitting: Callable[[], bool] | None = None,
     ) -> tuple[AsyncIterator[T], Callable[[T], Awaitable[R]]]:
         """Bind this source to one stream; the dispatcher calls this for you.
 
         Args:
             run: The stream's ``run``.
+            admitting: Asked before each item is handed out; once it says no
+                (a drain was requested, a run failed), the stream ends and
+                keeps what is still buffered from running.
 
         Returns:
             An async iterator of the items to run, with ``aclose()``, and a
             ``run`` that wraps the given one. Each call returns a fresh pair
             with its own state.
         """
-        stream = _SampleStream(self, run)
+        stream = _SampleStream(self, run, admitting)
         return stream, stream.run
 
 
@@ -209,9 +216,15 @@ class _SampleStream(Generic[T, R]):
     that pull must not mistake the stream for idle.
     """
 
-    def __init__(self, source: SampleSource[T, R], run: Callable[[T], Awaitable[R]]) -> None:
+    def __init__(
+        self,
+        source: SampleSource[T, R],
+        run: Callable[[T], Awaitable[R]],
+        admitting: Callable[[], bool] | None = None,
+    ) -> None:
         self._source = source
         self._run = run
+        self._admitting = admitting
         self._buffer: collections.deque[T] = collections.deque()
         self._seeded = False
         self._in_flight = 0
@@ -273,7 +286,7 @@ class _SampleStream(Generic[T, R]):
             else:
                 await trio.lowlevel.checkpoint()
             parked = False
-            if self._closed:
+            if self._closed or (self._admitting is not None and not self._admitting()):
                 raise StopAsyncIteration
             if not self._seeded:
                 self._seeded = True

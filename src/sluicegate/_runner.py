@@ -165,13 +165,16 @@ class _Waiters:
 class BindsRun(Protocol):
     """A source that must see its own runs (a :class:`~sluicegate.SampleSource`).
 
-    The dispatcher hands such a source the ``run`` it was given and uses the
-    pair it returns instead: an async iterator of items and a ``run`` that
-    wraps the original. This keeps the dispatcher unaware of what a dynamic
+    The dispatcher hands such a source the ``run`` it was given, and a
+    function telling whether admission is still open (false after a drain
+    or a failure), and uses the pair it returns instead: an async iterator of
+    items and a ``run`` that wraps the original. This keeps the dispatcher unaware of what a dynamic
     source is, while letting the source learn when runs finish.
     """
 
-    def bind_run(self, run: Any, /) -> tuple[AsyncIterator[Any], Any]: ...
+    def bind_run(
+        self, run: Any, /, *, admitting: Callable[[], bool]
+    ) -> tuple[AsyncIterator[Any], Any]: ...
 
 
 Source = AsyncIterable[T] | Iterable[T] | BindsRun
@@ -210,7 +213,9 @@ class _Dispatch(Generic[T, R]):
         ordered: bool,
     ) -> None:
         if isinstance(source, BindsRun):
-            source, run = source.bind_run(run)
+            # The source may hold work of its own (a buffer of follow-ups):
+            # it asks whether admission is still open before handing any out.
+            source, run = source.bind_run(run, admitting=self._admitting)
         self._run = run
         self._window = window
         self._drain = drain
