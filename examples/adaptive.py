@@ -3,7 +3,8 @@
 It probes how many digits a "model" can add reliably. Every question it
 answers right is followed by a harder one (one more digit); a wrong answer
 ends that line of questioning. Work grows while the run goes, so the total
-the progress display shows grows too; ``-n`` caps it.
+the progress display shows grows too; ``-n`` caps it. The eval reports each
+right rollout to ``on_complete``, so with ``-r 2`` a ladder can branch.
 
     sluicegate eval examples/adaptive.py:env -n 12 -r 2
 """
