@@ -28,6 +28,7 @@ from sluicegate.campaign import (
     request_drain,
     run_campaign,
 )
+from sluicegate.campaign._freeze import JobCodeError, check_job_function
 from sluicegate.campaign._scheduler import _locked
 
 D = Decimal
@@ -458,3 +459,33 @@ async def test_child_logs_are_private(env: Env) -> None:
         assert stat.S_IMODE((job_dir / name).stat().st_mode) == 0o600, name
     assert "out: hello" in (job_dir / "stdout.log").read_text()
     assert "err: hello" in (job_dir / "stderr.log").read_text()
+
+
+def test_the_job_function_is_found_without_importing(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise SystemExit('never imported')\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "jobs.py").write_text(
+        "import os\n"
+        "from json import dumps as dumped\n"
+        "async def run(request, ctx): ...\n"
+        "def helper(): ...\n"
+        "alias = helper\n"
+        "try:\n    from fast import thing\nexcept ImportError:\n    thing = None\n"
+        "class Job:\n    def method(self): ...\n"
+        "def __getattr__(name): return run\n"
+        "globals()['made'] = run\n"
+    )
+    for name in ("run", "helper", "alias", "dumped", "thing", "Job", "os"):
+        check_job_function(f"pkg.sub.jobs:{name}", pkg)
+    for name in ("nofunc", "method", "made"):
+        with pytest.raises(JobCodeError, match=f"defines no '{name}'"):
+            check_job_function(f"pkg.sub.jobs:{name}", pkg)
+    with pytest.raises(JobCodeError, match=r"no module 'pkg\.missing'"):
+        check_job_function("pkg.missing:run", pkg)
+    single = tmp_path / "single.py"
+    single.write_text("def run(request, ctx): ...\n")
+    check_job_function("single:run", single)
+    with pytest.raises(JobCodeError, match="not a package"):
+        check_job_function("single.sub:run", single)

@@ -93,6 +93,21 @@ def test_refusals_exit_2_with_a_reason(env: Env, capsys: pytest.CaptureFixture[s
     assert "not a campaign output directory" in capsys.readouterr().err
 
 
+def test_a_misspelled_job_function_is_refused_before_any_work(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = env.path("runs.log")
+    env.write_plan([{"key": "a", "options": {"runs": runs}}], job="fakejob:nofunc")
+    assert run(env, "--no-live") == 2
+    err = capsys.readouterr().err
+    assert "'nofunc'" in err and "'fakejob'" in err and "fakejob.py" in err
+    assert env.runs() == [] and not (env.out / "code").exists()
+    # The same directory still takes the corrected plan.
+    env.write_plan([{"key": "a", "options": {"runs": runs}}])
+    assert run(env, "--no-live") == 0
+    assert env.runs() == ["a"]
+
+
 def test_drain_command_stops_a_rerun(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
     env.write_plan([{"key": "a"}, {"key": "b"}], target=1)
     assert run(env, "--no-live") == 0

@@ -8,6 +8,7 @@ stale, because finished and unfinished candidates would have run different code.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.machinery
 import os
@@ -15,7 +16,7 @@ import shutil
 import stat
 from pathlib import Path
 
-__all__ = ["JobCodeError", "freeze", "locate_job_source", "tree_hash"]
+__all__ = ["JobCodeError", "check_job_function", "freeze", "locate_job_source", "tree_hash"]
 
 _IGNORED = ("__pycache__", "*.pyc", "*.pyo")
 
@@ -55,6 +56,74 @@ def locate_job_source(job: str, search: Path | None = None) -> Path:
     if spec.origin is None or not spec.origin.endswith(".py"):
         raise JobCodeError(f"{top!r} is not Python source ({spec.origin}); it cannot be frozen")
     return Path(spec.origin)
+
+
+def _module_file(module: str, source: Path) -> Path:
+    parts = module.split(".")
+    if source.is_file():
+        if len(parts) > 1:
+            raise JobCodeError(f"{parts[0]!r} is a module ({source}), not a package")
+        return source
+    base = source.joinpath(*parts[1:])
+    for candidate in (base / "__init__.py", base.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    raise JobCodeError(f"no module {module!r} in {source}")
+
+
+def _bound_names(body: list[ast.stmt]) -> set[str]:
+    # Names bound by module-level statements, looking into if/try blocks
+    # (import fallbacks) but not into functions or classes.
+    names: set[str] = set()
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.If):
+            names |= _bound_names(node.body) | _bound_names(node.orelse)
+        elif isinstance(node, ast.Try):
+            names |= _bound_names(node.body) | _bound_names(node.orelse)
+            names |= _bound_names(node.finalbody)
+            for handler in node.handlers:
+                names |= _bound_names(handler.body)
+    return names
+
+
+def check_job_function(job: str, source: Path) -> None:
+    """Check, without importing it, that the job's module binds the job's function.
+
+    The module's source is parsed and its module-level statements are read:
+    a ``def``, ``async def``, assignment or import of the name counts. A name
+    made only at run time (``globals()``, a module ``__getattr__``) does not:
+    the check is strict so that a misspelled name is refused before any work.
+
+    Args:
+        job: ``package.module:function``.
+        source: The job's top-level package directory or module file, as
+            returned by :func:`locate_job_source`.
+
+    Raises:
+        JobCodeError: the module is missing or not valid Python, or it binds
+            no such name at module level.
+    """
+    module, function = job.split(":", 1)
+    path = _module_file(module, source)
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError as exc:
+        raise JobCodeError(f"{path} is not valid Python: {exc}") from None
+    if function not in _bound_names(tree.body):
+        raise JobCodeError(
+            f"module {module!r} ({path}) defines no {function!r} at module level "
+            "(checked without importing it: a def, async def, assignment or import "
+            "of that name is needed)"
+        )
 
 
 def _files(source: Path) -> list[Path]:

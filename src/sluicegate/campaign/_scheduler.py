@@ -41,7 +41,7 @@ import trio
 
 from .._runner import Drain, run_stream
 from ._convert import CampaignFileError, load_json, structure, write_json_atomic
-from ._freeze import JobCodeError, freeze, locate_job_source, tree_hash
+from ._freeze import JobCodeError, check_job_function, freeze, locate_job_source, tree_hash
 from ._job import JobRequest, JobResult, OutcomeStatus
 from ._ledger import BudgetRefused, Ledger, ScopeUsage
 from ._plan import Candidate, Plan, load_plan
@@ -250,6 +250,9 @@ def _bind(plan: Plan, plan_dir: Path, outdir: Path, ledger: Ledger) -> Manifest:
     try:
         source = locate_job_source(plan.job, search)
         source_hash = tree_hash(source)
+        # Before anything is frozen or run: a misspelled function would
+        # otherwise make every candidate launch and end blocked.
+        check_job_function(plan.job, source)
     except (JobCodeError, OSError) as exc:
         raise CampaignError(f"job {plan.job}: {exc}") from None
     manifest_path = outdir / MANIFEST_FILE
