@@ -85,12 +85,32 @@ def test_refusals_exit_2_with_a_reason(env: Env, capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert "plan.max_parallel" in err
     assert main(["campaign", "status", str(env.out)]) == 2
-    env.plan_path.unlink()
-    assert run(env) == 2
-    assert "No such file" in capsys.readouterr().err
-    assert main(["ledger", "init", str(env.root / "no" / "l.db"), "--limit", "1"]) == 2
+    assert main(["campaign", "drain", str(env.out)]) == 2
+    assert capsys.readouterr().err.count("does not exist (no campaign.json)") == 2
+    env.out.mkdir()
     assert main(["campaign", "drain", str(env.out)]) == 2
     assert "not a campaign output directory" in capsys.readouterr().err
+
+
+def test_missing_paths_get_one_line_naming_them(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def refused(*argv: str) -> str:
+        assert main(list(argv)) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Errno" not in err, err
+        return err
+
+    nowhere = str(env.root / "nowhere_dir")
+    err = refused("campaign", "reconcile", nowhere, "k", "--as", "blocked")
+    assert f"{nowhere} does not exist" in err and "campaign run" in err
+    assert not (env.root / "nowhere_dir").exists()
+    err = refused("ledger", "init", str(env.root / "nodir" / "l.db"), "--limit", "1")
+    assert "nodir does not exist; create it first" in err
+    missing = str(env.root / "nothere.json")
+    err = refused("campaign", "run", missing, str(env.out), "--ledger", str(env.ledger_path))
+    assert f"no plan file {missing}" in err
+    assert not env.out.exists()
 
 
 def test_a_misspelled_job_function_is_refused_before_any_work(

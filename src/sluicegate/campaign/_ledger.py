@@ -244,11 +244,17 @@ class Ledger:
         """Make a new ledger with a global ``limit``.
 
         Raises:
-            LedgerError: something already exists at ``path``.
+            LedgerError: something already exists at ``path``, or its
+                directory does not exist.
             ValueError, TypeError: ``limit`` is not a non-negative Decimal.
         """
         path = Path(path)
         micros = to_micros(limit)
+        parent = path.parent
+        if not parent.is_dir():
+            raise LedgerError(
+                f"cannot create {path}: the directory {parent} does not exist; create it first"
+            )
         try:
             # "x" mode: refuse atomically if the file appeared meanwhile.
             with open(path, "x"):

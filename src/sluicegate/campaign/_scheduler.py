@@ -157,6 +157,14 @@ def is_locked(outdir: Path) -> bool:
         return True
 
 
+def _require_campaign_dir(outdir: Path) -> None:
+    if not (outdir / MANIFEST_FILE).is_file():
+        what = "is not a campaign output directory" if outdir.is_dir() else "does not exist"
+        raise CampaignError(
+            f"{outdir} {what} (no {MANIFEST_FILE}); give the OUTDIR a `campaign run` wrote"
+        )
+
+
 def request_drain(outdir: Path | str, reason: str = "drain requested") -> Path:
     """Ask the controller of ``outdir`` to stop admitting jobs.
 
@@ -170,8 +178,7 @@ def request_drain(outdir: Path | str, reason: str = "drain requested") -> Path:
         CampaignError: ``outdir`` is not a campaign directory.
     """
     outdir = Path(outdir)
-    if not (outdir / MANIFEST_FILE).is_file():
-        raise CampaignError(f"{outdir} is not a campaign output directory")
+    _require_campaign_dir(outdir)
     path = outdir / DRAIN_FILE
     write_json_atomic(path, DrainRequest(requested=_now(), reason=reason))
     return path
@@ -186,7 +193,8 @@ def read_report(outdir: Path | str) -> Report:
     """
     path = Path(outdir) / REPORT_FILE
     if not path.is_file():
-        raise CampaignError(f"no {REPORT_FILE} in {outdir}")
+        _require_campaign_dir(Path(outdir))
+        raise CampaignError(f"no {REPORT_FILE} in {outdir}; rerun its `campaign run` to write one")
     return load_json(path, Report, root="report")
 
 
@@ -699,11 +707,17 @@ async def run_campaign(
         CampaignFileError: the plan is invalid.
         LedgerMissing: there is no ledger at ``ledger_path``.
         CampaignLocked: another controller runs on ``outdir``.
-        CampaignError: the plan, job code or ledger differ from those
+        CampaignError: there is no plan file; the job's module binds no
+            such function; the plan, job code or ledger differ from those
             ``outdir`` was started with, or a prior result cannot be read.
     """
     plan_path = Path(plan_path)
     outdir = Path(outdir)
+    if not plan_path.is_file():
+        raise CampaignError(
+            f"no plan file {plan_path}; give the path of an existing plan (JSON), "
+            "see docs/campaign.md for its fields"
+        )
     plan = load_plan(plan_path)
     ledger = Ledger(ledger_path)
     prior = _prior_keys(plan, plan_path.parent)
@@ -745,11 +759,13 @@ def reconcile(
 
     Raises:
         CampaignLocked: a controller runs on ``outdir``.
-        CampaignError: no such candidate, or it is not uncertain.
+        CampaignError: ``outdir`` is not a campaign directory, no such
+            candidate, or it is not uncertain.
     """
     outdir = Path(outdir)
     if status not in FINISHED:
         raise CampaignError(f"reconcile as one of {sorted(FINISHED)}, not {status!r}")
+    _require_campaign_dir(outdir)
     with _locked(outdir):
         manifest = load_json(outdir / MANIFEST_FILE, Manifest, root="campaign")
         report = read_report(outdir)
