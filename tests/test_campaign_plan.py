@@ -65,13 +65,16 @@ def test_a_valid_plan_round_trips(tmp_path: Path) -> None:
         ({"target": "two"}, "expected int, got 'two' @ plan.target"),
         ({"target": 2.7}, "expected int, got 2.7 @ plan.target"),
         ({"surprise": 1}, "extra fields found (surprise) @ plan"),
-        ({"target": 0}, "target must be an integer >= 1, got 0"),
-        ({"max_parallel": 0}, "max_parallel must be an integer >= 1"),
-        ({"job": "jobs.fake"}, "job must look like 'package.module:function'"),
-        ({"class_limits": {"gpu": 0}}, "class_limits['gpu'] must be an integer >= 1"),
-        ({"max_spend": "-1"}, "max_spend must not be negative"),
-        ({"candidates": []}, "candidates must not be empty"),
-        ({"name": "../up"}, "name must be letters, digits"),
+        ({"target": 0}, "must be an integer >= 1, got 0 @ plan.target"),
+        ({"max_parallel": 0}, "must be an integer >= 1, got 0 @ plan.max_parallel"),
+        (
+            {"job": "jobs.fake"},
+            "must look like 'package.module:function', got 'jobs.fake' @ plan.job",
+        ),
+        ({"class_limits": {"gpu": 0}}, "must be an integer >= 1, got 0 @ plan.class_limits['gpu']"),
+        ({"max_spend": "-1"}, "must not be negative, got -1 @ plan.max_spend"),
+        ({"candidates": []}, "must not be empty @ plan.candidates"),
+        ({"name": "../up"}, "must be letters, digits"),
     ],
 )
 def test_bad_plans_name_the_field(tmp_path: Path, changes: dict[str, Any], expected: str) -> None:
@@ -97,16 +100,41 @@ def test_bad_candidates_name_the_candidate(tmp_path: Path) -> None:
     [
         (
             [{"key": "a", "reservation": "1"}, {"key": "a", "reservation": "2"}],
-            "candidates[1].key 'a' repeats candidates[0]",
+            "'a' repeats candidates[0] @ plan.candidates[1].key",
         ),
-        ([{"key": "a", "reservation": "30"}], "candidates[0].reservation 30 is above"),
-        ([{"key": "a", "reservation": "3", "max_spend": "2"}], "reservation 3 is above max_spend"),
-        ([{"key": "a b", "reservation": "1"}], "key must be letters"),
+        (
+            [{"key": "a", "reservation": "30"}],
+            "30 is above the plan's max_spend 20.00 @ plan.candidates[0].reservation",
+        ),
+        (
+            [{"key": "a", "reservation": "3", "max_spend": "2"}],
+            "3 is above the candidate's max_spend 2 @ plan.candidates[0].reservation",
+        ),
+        ([{"key": "a b", "reservation": "1"}], "got 'a b' @ plan.candidates[0].key"),
     ],
 )
 def test_candidate_rules(tmp_path: Path, candidates: list[object], expected: str) -> None:
     found = problems(tmp_path, plan_data(candidates=candidates))
     assert any(expected in p for p in found), found
+
+
+def test_every_rule_broken_is_reported_on_its_own_line(tmp_path: Path) -> None:
+    data = plan_data(target=-1, max_parallel=0, class_limits={"gpu": 0}, max_spend="-1")
+    data["candidates"] = [
+        {"key": "a", "reservation": "-2"},
+        {"key": "a", "reservation": "1", "max_spend": "-3"},
+    ]
+    assert problems(tmp_path, data) == [
+        "must be an integer >= 1, got -1 @ plan.target",
+        "must be an integer >= 1, got 0 @ plan.max_parallel",
+        "must not be negative, got -1 @ plan.max_spend",
+        "must be an integer >= 1, got 0 @ plan.class_limits['gpu']",
+        "must not be negative, got -2 @ plan.candidates[0].reservation",
+        "must not be negative, got -3 @ plan.candidates[1].max_spend",
+        "1 is above the candidate's max_spend -3 @ plan.candidates[1].reservation",
+        "'a' repeats candidates[0] @ plan.candidates[1].key",
+        "1 is above the plan's max_spend -1 @ plan.candidates[1].reservation",
+    ]
 
 
 def test_not_json_and_not_an_object(tmp_path: Path) -> None:

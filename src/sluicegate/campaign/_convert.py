@@ -20,7 +20,14 @@ import attrs
 import cattrs
 from cattrs.v import format_exception, transform_error
 
-__all__ = ["CampaignFileError", "converter", "dump_json", "load_json", "write_json_atomic"]
+__all__ = [
+    "CampaignFileError",
+    "FieldProblems",
+    "converter",
+    "dump_json",
+    "load_json",
+    "write_json_atomic",
+]
 
 T = TypeVar("T")
 
@@ -76,6 +83,19 @@ class CampaignFileError(ValueError):
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"{path}: invalid\n{lines}")
+
+
+class FieldProblems(ValueError):
+    """A value breaks several rules at once; raised by a class's own checks.
+
+    Attributes:
+        problems: ``(field, message)`` pairs, the field relative to the value
+            (e.g. ``candidates[2].key``).
+    """
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{field}: {message}" for field, message in problems))
 
 
 def _format(exc: BaseException, type_: type | None) -> str:
@@ -139,6 +159,12 @@ def structure(data: Any, cls: type[T], *, path: Path | str, root: str = "$") -> 
     try:
         return converter.structure(data, cls)
     except Exception as exc:
+        # cattrs wraps the class's own checks (run by its constructor once
+        # every field has the right type) in a group of one.
+        inner = exc.exceptions if isinstance(exc, cattrs.ClassValidationError) else ()
+        if len(inner) == 1 and isinstance(inner[0], FieldProblems):
+            lines = [f"{message} @ {root}.{field}" for field, message in inner[0].problems]
+            raise CampaignFileError(path, lines) from exc
         problems = transform_error(exc, path=root, format_exception=_format)
         raise CampaignFileError(path, problems) from exc
 

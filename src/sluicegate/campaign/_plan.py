@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from ._convert import load_json
+from ._convert import FieldProblems, load_json
 
 __all__ = ["Candidate", "Plan", "load_plan"]
 
@@ -18,40 +18,70 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _JOB = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
 
-def _name(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
-    if not isinstance(value, str) or not _NAME.fullmatch(value):
-        raise ValueError(
-            f"{attribute.name} must be letters, digits, '_', '.' or '-' "
-            f"(not starting with '.' or '-'), got {value!r}"
-        )
+# A problem is (field, message); the field is relative to the plan.
+_Problems = list[tuple[str, str]]
 
 
-def _non_negative(_: object, attribute: attrs.Attribute[Any], value: Decimal | None) -> None:
+def _name_problem(field: str, value: object) -> _Problems:
+    if isinstance(value, str) and _NAME.fullmatch(value):
+        return []
+    rule = "must be letters, digits, '_', '.' or '-' (not starting with '.' or '-')"
+    return [(field, f"{rule}, got {value!r}")]
+
+
+def _negative_problem(field: str, value: Decimal | None) -> _Problems:
     if value is not None and value < 0:
-        raise ValueError(f"{attribute.name} must not be negative, got {value}")
+        return [(field, f"must not be negative, got {value}")]
+    return []
 
 
-def _positive_int(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
+def _positive_problem(field: str, value: int) -> _Problems:
     if isinstance(value, bool) or value < 1:
-        raise ValueError(f"{attribute.name} must be an integer >= 1, got {value!r}")
+        return [(field, f"must be an integer >= 1, got {value!r}")]
+    return []
 
 
-def _class_limits(_: object, attribute: attrs.Attribute[Any], value: dict[str, int]) -> None:
-    for name, limit in value.items():
-        if isinstance(limit, bool) or limit < 1:
-            raise ValueError(f"{attribute.name}[{name!r}] must be an integer >= 1, got {limit!r}")
-
-
-def _job(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
-    if not _JOB.fullmatch(value):
-        raise ValueError(
-            f"{attribute.name} must look like 'package.module:function', got {value!r}"
+def _candidate_problems(candidate: Candidate, where: str) -> _Problems:
+    problems = _name_problem(f"{where}.key", candidate.key)
+    problems += _negative_problem(f"{where}.reservation", candidate.reservation)
+    problems += _negative_problem(f"{where}.max_spend", candidate.max_spend)
+    if candidate.max_spend is not None and candidate.reservation > candidate.max_spend:
+        problems.append(
+            (
+                f"{where}.reservation",
+                f"{candidate.reservation} is above the candidate's max_spend {candidate.max_spend}",
+            )
         )
+    return problems
+
+
+def _plan_problems(plan: Plan) -> _Problems:
+    problems = _name_problem("name", plan.name)
+    problems += _positive_problem("target", plan.target)
+    problems += _positive_problem("max_parallel", plan.max_parallel)
+    problems += _negative_problem("max_spend", plan.max_spend)
+    if not _JOB.fullmatch(plan.job):
+        problems.append(("job", f"must look like 'package.module:function', got {plan.job!r}"))
+    for name, limit in plan.class_limits.items():
+        problems += _positive_problem(f"class_limits[{name!r}]", limit)
+    if not plan.candidates:
+        problems.append(("candidates", "must not be empty"))
+    seen: dict[str, int] = {}
+    for i, candidate in enumerate(plan.candidates):
+        problems += _candidate_problems(candidate, f"candidates[{i}]")
+        if candidate.key in seen:
+            message = f"{candidate.key!r} repeats candidates[{seen[candidate.key]}]"
+            problems.append((f"candidates[{i}].key", message))
+        seen.setdefault(candidate.key, i)
+        if candidate.reservation > plan.max_spend:
+            message = f"{candidate.reservation} is above the plan's max_spend {plan.max_spend}"
+            problems.append((f"candidates[{i}].reservation", message))
+    return problems
 
 
 @attrs.frozen
 class Candidate:
-    """One job of the panel.
+    """One job of the panel; its rules are checked by the :class:`Plan` holding it.
 
     Attributes:
         key: Unique within the plan; names the job's ledger scope and directory.
@@ -62,15 +92,11 @@ class Candidate:
         options: Free-form JSON handed to the job unchanged.
     """
 
-    key: str = attrs.field(validator=_name)
-    reservation: Decimal = attrs.field(validator=_non_negative)
-    max_spend: Decimal | None = attrs.field(default=None, validator=_non_negative)
+    key: str
+    reservation: Decimal
+    max_spend: Decimal | None = None
     resource_class: str | None = None
     options: dict[str, Any] = attrs.field(factory=dict)
-
-    def __attrs_post_init__(self) -> None:
-        if self.max_spend is not None and self.reservation > self.max_spend:
-            raise ValueError(f"reservation {self.reservation} is above max_spend {self.max_spend}")
 
 
 @attrs.frozen
@@ -92,32 +118,22 @@ class Plan:
             package; relative to the plan file.
     """
 
-    name: str = attrs.field(validator=_name)
-    target: int = attrs.field(validator=_positive_int)
-    max_parallel: int = attrs.field(validator=_positive_int)
-    max_spend: Decimal = attrs.field(validator=_non_negative)
-    job: str = attrs.field(validator=_job)
+    name: str
+    target: int
+    max_parallel: int
+    max_spend: Decimal
+    job: str
     candidates: tuple[Candidate, ...]
-    class_limits: dict[str, int] = attrs.field(factory=dict, validator=_class_limits)
+    class_limits: dict[str, int] = attrs.field(factory=dict)
     prior: tuple[str, ...] = ()
     job_path: str | None = None
 
     def __attrs_post_init__(self) -> None:
-        if not self.candidates:
-            raise ValueError("candidates must not be empty")
-        seen: dict[str, int] = {}
-        for i, candidate in enumerate(self.candidates):
-            if candidate.key in seen:
-                first = seen[candidate.key]
-                raise ValueError(
-                    f"candidates[{i}].key {candidate.key!r} repeats candidates[{first}]"
-                )
-            seen[candidate.key] = i
-            if candidate.reservation > self.max_spend:
-                raise ValueError(
-                    f"candidates[{i}].reservation {candidate.reservation} is above the "
-                    f"plan's max_spend {self.max_spend}"
-                )
+        # Every rule is checked, so a bad plan is reported whole, not one
+        # problem per attempt; the candidates are checked here, in context.
+        problems = _plan_problems(self)
+        if problems:
+            raise FieldProblems(problems)
 
     def candidate(self, key: str) -> Candidate:
         """The candidate with ``key``.
