@@ -17,6 +17,7 @@ from rich.console import Console
 
 from sluicegate.campaign import read_report
 from sluicegate.campaign._cli import register
+from sluicegate.campaign._scheduler import DRAIN_POLL_S
 from sluicegate.campaign._view import LiveView, render
 from test_campaign import PATIENCE_S, Env, wait_for_files
 
@@ -128,10 +129,18 @@ def test_a_misspelled_job_function_is_refused_before_any_work(
     assert env.runs() == ["a"]
 
 
+DOCS = Path(__file__).parent.parent / "docs" / "campaign.md"
+
+
 def test_drain_command_stops_a_rerun(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
     env.write_plan([{"key": "a"}, {"key": "b"}], target=1)
     assert run(env, "--no-live") == 0
+    capsys.readouterr()
     assert main(["campaign", "drain", str(env.out)]) == 0
+    # The command, the docs and the controller's default agree on the delay.
+    assert f"within {DRAIN_POLL_S} s" in capsys.readouterr().out
+    docs = " ".join(DOCS.read_text().split())
+    assert f"looks for it every {DRAIN_POLL_S} s, so within {DRAIN_POLL_S} s" in docs
     assert (env.out / "drain-request.json").exists()
     assert run(env, "--no-live") == 0
     assert read_report(env.out).stop_reason == "target_reached"
@@ -188,6 +197,8 @@ async def _controller_with_signals(env: Env, signals: int) -> tuple[int, str]:
 async def test_a_signal_drains(env: Env) -> None:
     status, stderr = await _controller_with_signals(env, 1)
     assert status == 0, stderr
+    docs = " ".join(DOCS.read_text().split())
+    assert "exits with status 0 (stop reason `drained`)" in docs
     assert "SIGINT: draining" in stderr
     report = read_report(env.out)
     assert report.stop_reason == "drained"

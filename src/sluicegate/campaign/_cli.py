@@ -177,13 +177,16 @@ def _campaign_run(args: argparse.Namespace) -> int:
 
 
 def _campaign_drain(args: argparse.Namespace) -> int:
-    from ._scheduler import CampaignError, request_drain
+    from ._scheduler import DRAIN_POLL_S, CampaignError, request_drain
 
     try:
         path = request_drain(args.outdir, args.reason)
     except CampaignError as exc:
         return _error(exc)
-    print(f"wrote {path}; admission stops within a second; remove it to admit again")
+    print(
+        f"wrote {path}; a running controller sees it within {DRAIN_POLL_S} s and admits "
+        "nothing more (running jobs finish); remove it to admit again"
+    )
     return 0
 
 

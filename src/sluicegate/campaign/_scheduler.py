@@ -61,6 +61,8 @@ __all__ = [
 DRAIN_FILE = "drain-request.json"
 REPORT_FILE = "report.json"
 MANIFEST_FILE = "campaign.json"
+# How often a controller looks for DRAIN_FILE; `campaign drain` and the docs quote it.
+DRAIN_POLL_S = 0.2
 LOCK_FILE = ".lock"
 CODE_DIR = "code"
 JOBS_DIR = "jobs"
@@ -679,7 +681,7 @@ async def run_campaign(
     *,
     observer: Observer | None = None,
     drain: Drain | None = None,
-    drain_poll_interval: float = 0.2,
+    drain_poll_interval: float = DRAIN_POLL_S,
     _spawn: Spawn = spawn_process,
 ) -> Report:
     """Run (or continue) the campaign of ``plan_path`` in ``outdir``.
