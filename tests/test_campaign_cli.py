@@ -205,9 +205,15 @@ async def test_a_signal_drains(env: Env) -> None:
     assert [r.status for r in report.rows] == ["verified", "verified", "pending"]
 
 
-async def test_a_second_signal_stops_the_running_jobs(env: Env) -> None:
+async def test_a_second_signal_stops_the_running_jobs(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
     status, stderr = await _controller_with_signals(env, 2)
     assert status == 130, stderr
+    # Stopped without a stop reason, and no controller is left.
+    assert main(["campaign", "status", str(env.out)]) == 0
+    out = capsys.readouterr().out
+    assert "[interrupted]" in out and "[running]" not in out and "[draining]" not in out
     report = read_report(env.out)
     # Terminated before writing a result: their fate (and spending) is unknown.
     assert [r.status for r in report.rows] == ["uncertain", "uncertain", "pending"]

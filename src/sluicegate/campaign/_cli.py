@@ -205,8 +205,9 @@ def _campaign_status(args: argparse.Namespace) -> int:
         sys.stdout.write(dump_json(report))
         return 0
     console = Console()
-    console.print(render(report, rows=True))
-    state = "a controller is running" if is_locked(args.outdir) else "no controller is running"
+    locked = is_locked(args.outdir)
+    console.print(render(report, rows=True, controller=locked))
+    state = "a controller is running" if locked else "no controller is running"
     console.print(f"{state}; report written {report.updated}")
     return 0
 

@@ -36,14 +36,23 @@ def _classes(report: Report) -> str:
     return ", ".join(parts)
 
 
-def render(report: Report, *, rows: bool = False) -> RenderableType:
+def render(report: Report, *, rows: bool = False, controller: bool = True) -> RenderableType:
     """A summary of ``report``: running jobs per class, verified/target, spend/cap.
 
     Args:
         report: The campaign report.
         rows: Show every candidate, not only the running ones.
+        controller: Whether a controller holds the output directory now. A
+            report without a stop reason and without a controller was left
+            by one that was stopped (a second signal, a kill): it is shown as
+            ``interrupted``, not ``running``.
     """
-    state = report.stop_reason or ("draining" if report.draining else "running")
+    if report.stop_reason is not None:
+        state: str = report.stop_reason
+    elif not controller:
+        state = "interrupted"
+    else:
+        state = "draining" if report.draining else "running"
     head = Text.assemble(
         (report.name, "bold"),
         f"  [{state}]  verified {report.verified}/{report.target}",
