@@ -112,6 +112,14 @@ def test_missing_paths_get_one_line_naming_them(
     err = refused("campaign", "run", missing, str(env.out), "--ledger", str(env.ledger_path))
     assert f"no plan file {missing}" in err
     assert not env.out.exists()
+    env.write_plan([{"key": "a"}])
+    under_a_file = str(env.plan_path / "out")
+    err = refused("campaign", "run", str(env.plan_path), under_a_file, "--ledger", "x")
+    assert "ledger init" in err
+    err = refused(
+        "campaign", "run", str(env.plan_path), under_a_file, "--ledger", str(env.ledger_path)
+    )
+    assert f"cannot use {under_a_file}: Not a directory" in err
 
 
 def test_a_misspelled_job_function_is_refused_before_any_work(

@@ -24,6 +24,9 @@ def _money(text: str) -> Decimal:
 
 
 def _error(message: object) -> int:
+    if isinstance(message, OSError) and message.filename is not None:
+        # The path and the reason, without Python's "[Errno N]" prefix.
+        message = f"cannot use {message.filename}: {message.strerror}"
     print(f"sluicegate: {message}", file=sys.stderr)
     return 2
 
