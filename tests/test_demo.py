@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,3 +36,17 @@ async def test_demo_plain_display_prints_a_line_per_job_and_a_summary(
 def test_demo_refuses_bad_flags(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", *flags]) == 2
     assert "must be" in capsys.readouterr().err
+
+
+def test_output_piped_into_a_reader_that_stops_is_not_a_traceback() -> None:
+    src = Path(__file__).resolve().parent.parent / "src"
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    argv = [sys.executable, "-m", "sluicegate", "demo", "--items", "20", "--display", "plain"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()
+        proc.stdout.close()  # like `| head -1`
+        err = proc.stderr.read().decode()
+        proc.wait(timeout=60)
+    assert proc.returncode == 141
+    assert "Traceback" not in err

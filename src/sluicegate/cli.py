@@ -7,6 +7,7 @@ together so that ``sluicegate --help`` lists them all.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -42,3 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sluicegate: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # Output piped into something that stopped reading (`| head`): not an
+        # error of ours. Point stdout at devnull so the exit flush stays quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
