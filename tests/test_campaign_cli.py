@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import functools
 import io
 import json
@@ -16,19 +15,10 @@ import trio
 from rich.console import Console
 
 from sluicegate.campaign import read_report
-from sluicegate.campaign._cli import register
 from sluicegate.campaign._scheduler import DRAIN_POLL_S
 from sluicegate.campaign._view import LiveView, render
+from sluicegate.cli import main
 from test_campaign import PATIENCE_S, Env, wait_for_files
-
-
-def main(argv: list[str]) -> int:
-    """The commands as ``sluicegate`` wires them (through ``register``)."""
-    parser = argparse.ArgumentParser(prog="sluicegate")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    status: int = args.handler(args)
-    return status
 
 
 @pytest.fixture
@@ -154,16 +144,6 @@ def test_drain_command_stops_a_rerun(env: Env, capsys: pytest.CaptureFixture[str
     assert read_report(env.out).stop_reason == "target_reached"
 
 
-_CLI = """
-import argparse, sys
-from sluicegate.campaign._cli import register
-parser = argparse.ArgumentParser()
-register(parser.add_subparsers(required=True))
-args = parser.parse_args(sys.argv[1:])
-sys.exit(args.handler(args))
-"""
-
-
 def _text(path: Path) -> str:
     return path.read_text()
 
@@ -183,7 +163,7 @@ async def _controller_with_signals(env: Env, signals: int) -> tuple[int, str]:
         max_parallel=2,
     )
     paths = [str(env.plan_path), str(env.out), "--ledger", str(env.ledger_path)]
-    command = [sys.executable, "-c", _CLI, "campaign", "run", *paths, "--no-live"]
+    command = [sys.executable, "-m", "sluicegate", "campaign", "run", *paths, "--no-live"]
     stderr = env.root / "stderr.txt"
     with stderr.open("wb") as err:
         spawn = functools.partial(trio.run_process, command, check=False, stderr=err)

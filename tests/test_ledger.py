@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from decimal import Decimal
@@ -13,7 +12,6 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicegate.campaign._cli import register
 from sluicegate.campaign._ledger import (
     BudgetRefused,
     Ledger,
@@ -22,17 +20,9 @@ from sluicegate.campaign._ledger import (
     format_money,
     to_micros,
 )
+from sluicegate.cli import main
 
 D = Decimal
-
-
-def main(argv: list[str]) -> int:
-    """The ledger commands as ``sluicegate`` wires them (through ``register``)."""
-    parser = argparse.ArgumentParser(prog="sluicegate")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    status: int = args.handler(args)
-    return status
 
 
 @pytest.fixture
