@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -88,12 +89,31 @@ class Env:
         self.ledger = Ledger.create(self.ledger_path, D("100"))
         self.out = root / "out"
         self.plan_path = root / "plan.json"
+        self._gates: dict[str, int] = {}
+        self._opened: set[str] = set()
 
     def path(self, name: str) -> str:
         return str(self.root / name)
 
     def open_gate(self, name: str) -> None:
-        Path(self.path(name)).touch()
+        """Let every job waiting on the gate ``name`` (and any later one) finish."""
+        path = self.path(name)
+        self._opened.add(path)
+        fd = self._gates.pop(path, None)
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _close_gates(self, candidates: list[dict[str, Any]]) -> None:
+        # A gated job blocks on a shared lock of the gate file; holding the
+        # exclusive lock here keeps the gate shut until open_gate().
+        for candidate in candidates:
+            gate = candidate.get("options", {}).get("gate")
+            if gate is None or gate in self._gates or gate in self._opened:
+                continue
+            fd = os.open(gate, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._gates[gate] = fd
 
     def write_plan(self, candidates: list[dict[str, Any]], **fields: Any) -> Path:
         plan: dict[str, Any] = {
@@ -105,6 +125,7 @@ class Env:
             "job_path": "src",
         }
         plan.update(fields)
+        self._close_gates(candidates)
         plan["candidates"] = [{"reservation": "1", **c} for c in candidates]
         self.plan_path.write_text(json.dumps(plan))
         return self.plan_path

@@ -7,7 +7,8 @@ Options (all optional):
     status: the outcome status (default ``verified``).
     cost: the outcome cost, a string (default ``"0"``).
     started: a file to create when the job starts; it holds the process id.
-    gate: a file to wait for before finishing.
+    gate: a file the test holds an exclusive lock on; the job waits for the lock
+        to be released before finishing.
     stages: ``[[name, reserve, actual], ...]`` stage reservations to make and settle.
     leave_open: a stage name to reserve and never settle.
     crash: exit at once with this status, writing no result.
@@ -19,9 +20,10 @@ Options (all optional):
 
 from __future__ import annotations
 
+import fcntl
 import os
+import signal
 import sys
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -43,12 +45,14 @@ def run(ctx: JobContext) -> Outcome:
         tmp.write_text(str(os.getpid()))
         tmp.rename(opts["started"])
     if "gate" in opts:
-        # A child process has no trio event to wait on; a short poll is cheap.
-        give_up = time.monotonic() + 120  # never outlive a failed test for long
-        while not os.path.exists(opts["gate"]):
-            if time.monotonic() > give_up:
-                os._exit(9)
-            time.sleep(0.005)
+        # A child process has no trio event to wait on; blocking on the lock the
+        # test holds needs no polling. The alarm (default action: terminate)
+        # keeps a job from outliving a failed test for long.
+        signal.alarm(120)
+        fd = os.open(opts["gate"], os.O_RDONLY | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        os.close(fd)
+        signal.alarm(0)
     if "crash" in opts:
         sys.stdout.flush()
         os._exit(int(opts["crash"]))
