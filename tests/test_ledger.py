@@ -146,6 +146,12 @@ def test_cli_init_show_raise(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["ledger", "raise", path, "--limit", "250", "--reason", "approved"]) == 0
     assert Ledger(path).usage().limit == D("250")
     assert Ledger(path).limit_changes()[-1] == (D("200"), D("250"), "approved")
+    capsys.readouterr()
+    assert main(["ledger", "show", path]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "limit set to 200.00: created",
+        "limit raised 200.00 -> 250.00: approved",
+    ]
 
     assert main(["ledger", "show", str(tmp_path / "missing.db")]) == 2
     assert "ledger init" in capsys.readouterr().err

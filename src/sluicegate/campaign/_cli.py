@@ -47,6 +47,7 @@ def _ledger_show(args: argparse.Namespace) -> int:
     try:
         ledger = Ledger(args.path)
         usages = ledger.scopes()
+        changes = ledger.limit_changes()
     except (LedgerError, OSError) as exc:
         return _error(exc)
     header = ("scope", "limit", "reserved", "settled", "uncertain", "remaining")
@@ -66,6 +67,12 @@ def _ledger_show(args: argparse.Namespace) -> int:
         pairs = zip(row[1:], widths[1:], strict=True)
         cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in pairs]
         print("  ".join(cells).rstrip())
+    # Who raised the cap, and why, is part of what the ledger is for.
+    for old, new, reason in changes:
+        if old is None:
+            print(f"limit set to {format_money(new)}: {reason}")
+        else:
+            print(f"limit raised {format_money(old)} -> {format_money(new)}: {reason}")
     return 0
 
 
