@@ -396,9 +396,16 @@ class _Dispatch(Generic[T, R]):
         self._nursery.start_soon(self._worker)
 
     async def _worker(self) -> None:
+        """Pull and run items until admission ends.
+
+        With a window, a worker runs each item itself and the pool grows with
+        the work. With ``window=None`` the one worker only pulls, and gives
+        each item a task of its own.
+        """
         run = self._run
         window = self._window
-        assert window is not None
+        nursery = self._nursery
+        assert nursery is not None
         passes = 0
         try:
             with trio.CancelScope() as scope:
@@ -409,6 +416,10 @@ class _Dispatch(Generic[T, R]):
                     pulled = await self._pull(scope)
                     if pulled is None:
                         return
+                    if window is None:
+                        self._live += 1
+                        nursery.start_soon(self._run_one, *pulled)
+                        continue
                     if self._spawned < window and not self._pull_lot and not self._credit_lot:
                         # Nobody is waiting to pull next: add a worker, so the
                         # pool grows with the work instead of all at once.
@@ -436,34 +447,14 @@ class _Dispatch(Generic[T, R]):
         finally:
             self._exited()
 
-    async def _puller(self, nursery: trio.Nursery) -> None:
-        passes = 0
-        try:
-            with trio.CancelScope() as scope:
-                while True:
-                    passes += 1
-                    if not passes % YIELD_EVERY:
-                        await trio.lowlevel.checkpoint()
-                    pulled = await self._pull(scope)
-                    if pulled is None:
-                        return
-                    self._live += 1
-                    nursery.start_soon(self._run_one, *pulled)
-        finally:
-            self._exited()
-
     def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
         if self._drain is not None:
             nursery.start_soon(self._watch_drain, self._drain)
-        if self._window is None:
-            self._live = 1
-            nursery.start_soon(self._puller, nursery)
-        else:
-            # One worker to start with; each adds another when it finds
-            # nobody waiting to pull after it, up to the window. A large
-            # window over a short source then costs nothing up front.
-            self._spawn_worker()
+        # One worker to start with; with a window, each adds another when it
+        # finds nobody waiting to pull after it, up to the window. A large
+        # window over a short source then costs nothing up front.
+        self._spawn_worker()
 
     # -- handing results to an open_stream consumer -----------------------------
 

@@ -504,9 +504,7 @@ class Ledger:
         """
         micros = to_micros(actual)
         with self._write() as db:
-            state, _ = self._get(db, reservation)
-            if state == "settled":
-                raise LedgerError(f"reservation {reservation} is already settled")
+            self._require_open(db, reservation)
             db.execute(
                 "UPDATE reservations SET state = 'settled', actual = ?, updated = ? WHERE id = ?",
                 (micros, _now(), reservation),
@@ -519,13 +517,16 @@ class Ledger:
             LedgerError: no such reservation, or it is already settled.
         """
         with self._write() as db:
-            state, _ = self._get(db, reservation)
-            if state == "settled":
-                raise LedgerError(f"reservation {reservation} is already settled")
+            self._require_open(db, reservation)
             db.execute(
                 "UPDATE reservations SET state = 'uncertain', updated = ? WHERE id = ?",
                 (_now(), reservation),
             )
+
+    def _require_open(self, db: sqlite3.Connection, reservation: int) -> None:
+        state, _ = self._get(db, reservation)
+        if state == "settled":
+            raise LedgerError(f"reservation {reservation} is already settled")
 
     def reservations(self, scope: Sequence[str] = ()) -> list[Reservation]:
         """Every reservation at or below ``scope``, oldest first."""
