@@ -1,0 +1,188 @@
+"""``Retry``: the one retry policy, shared by :func:`~sluicegate.serve` and ``sluicegate eval``.
+
+A policy is a frozen value; :func:`attempt` is the loop that applies it to
+one item. The loop is written out by hand rather than borrowed from a retry
+library: on the path every item takes (a first attempt that succeeds) it
+costs one ``try`` and nothing else, and it has to know about two things a
+generic library does not: a :class:`~sluicegate.Drain` that ends a backoff
+wait at once, and trio's ``TooSlowError``, which is not a ``TimeoutError``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar, final
+
+import attrs
+import outcome
+import trio
+
+from .._runner import Drain
+
+__all__ = ["Attempts", "CutShort", "Retry", "attempt"]
+
+R = TypeVar("R")
+
+
+def _exception_types(
+    value: type[BaseException] | tuple[type[BaseException], ...],
+) -> tuple[type[BaseException], ...]:
+    types = value if isinstance(value, tuple) else (value,)
+    for kind in types:
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            raise TypeError(f"Retry(on=...) takes exception classes, not {kind!r}")
+    return types
+
+
+def _positive_delay(name: str) -> Callable[[object, attrs.Attribute[float], float], None]:
+    def check(_: object, __: attrs.Attribute[float], value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"Retry({name}=...) must be a number of seconds, not {value!r}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"Retry({name}=...) must be finite and >= 0, got {value!r}")
+
+    return check
+
+
+def _check_attempts(_: object, __: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"Retry(attempts=...) must be an int >= 1, not {value!r}")
+    if value < 1:
+        raise ValueError(f"Retry(attempts=...) must be >= 1 (it counts the first), got {value}")
+
+
+@final
+@attrs.frozen
+class Retry:
+    """How often, on what and how long apart to try an item again.
+
+    Attributes:
+        attempts: Attempts in all, the first one included (``1``: never
+            retry).
+        on: The exception classes worth another attempt; anything else is
+            final at once.
+        base_delay: Seconds of the first backoff; each later one doubles.
+        max_delay: The most seconds any one backoff may last.
+        jitter: Wait a uniformly random time between 0 and the backoff
+            ("full jitter"), so that clients failing together do not retry
+            together. Without it the wait is the backoff itself.
+
+    Raises:
+        TypeError: ``attempts`` is not an int, a delay not a number, or
+            ``on`` holds something that is not an exception class.
+        ValueError: ``attempts < 1`` or a delay that is negative or not
+            finite, or ``max_delay < base_delay``.
+    """
+
+    attempts: int = attrs.field(default=3, validator=_check_attempts)
+    on: tuple[type[BaseException], ...] = attrs.field(
+        default=(Exception,), converter=_exception_types
+    )
+    base_delay: float = attrs.field(default=0.1, validator=_positive_delay("base_delay"))
+    max_delay: float = attrs.field(default=5.0, validator=_positive_delay("max_delay"))
+    jitter: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_delay < self.base_delay:
+            raise ValueError(
+                f"Retry(max_delay={self.max_delay!r}) is below base_delay={self.base_delay!r}"
+            )
+
+    def retries(self, error: BaseException, failures: int) -> bool:
+        """Whether ``error``, the ``failures``-th failed attempt, earns another one."""
+        return failures < self.attempts and isinstance(error, self.on)
+
+    def backoff(self, failures: int) -> float:
+        """Seconds to wait after the ``failures``-th failed attempt (counting from 1)."""
+        # min() before the power would overflow: 2**1100 is not a float.
+        ceiling = self.base_delay * 2.0 ** min(failures - 1, 64)
+        delay = min(self.max_delay, ceiling)
+        return random.uniform(0.0, delay) if self.jitter else delay
+
+
+class CutShort(Exception):
+    """A drain ended a backoff wait: the item was neither finished nor failed.
+
+    Whoever runs the item must not record it as done, so that a later run
+    (a restarted service, a resumed evaluation) tries it again.
+    """
+
+    def __init__(self, attempts: int, last: BaseException) -> None:
+        super().__init__(f"cut short by a drain after {attempts} failed attempt(s): {last!r}")
+        self.attempts = attempts
+        self.last = last
+
+
+@final
+@attrs.frozen
+class Attempts(Generic[R]):
+    """What :func:`attempt` made of one item.
+
+    Attributes:
+        result: The last attempt's value or exception, as an
+            :class:`outcome.Outcome`.
+        attempts: How many attempts were made (1 if the first settled it).
+        earlier: The exceptions of the failed attempts before the last one.
+    """
+
+    result: outcome.Value[R] | outcome.Error
+    attempts: int
+    earlier: tuple[BaseException, ...] = ()
+
+
+async def attempt(
+    call: Callable[[], Awaitable[R]],
+    *,
+    retry: Retry | None = None,
+    limit: float | None = None,
+    drain: Drain | None = None,
+) -> Attempts[R]:
+    """Call ``call()`` until it succeeds, fails for good, or a drain ends the wait.
+
+    Each attempt runs at most ``limit`` seconds of trio time; an expiry is a
+    builtin :class:`TimeoutError` (trio's ``TooSlowError`` is not one), and is
+    retried when ``retry.on`` matches it. Only ``Exception`` s are captured:
+    cancellation, ``KeyboardInterrupt`` and other ``BaseException`` s pass
+    through.
+
+    Returns:
+        An :class:`Attempts` whose ``result`` is the value, or the exception
+        of the last attempt when no retry was left or earned.
+
+    Raises:
+        CutShort: ``drain`` was requested while waiting between attempts (or
+            before a retry), so the item should be tried again later.
+    """
+    failures: list[BaseException] = []
+    while True:
+        try:
+            if limit is None:
+                value = await call()
+            else:
+                with trio.fail_after(limit):
+                    value = await call()
+        except trio.TooSlowError as slow:
+            # Raised rather than built, so the row keeps a traceback, and
+            # chained, so it shows where the attempt was when time ran out.
+            try:
+                raise TimeoutError(f"attempt took longer than {limit:g} s") from slow
+            except TimeoutError as expired:
+                error: Exception = expired
+        except Exception as exc:
+            error = exc
+        else:
+            return Attempts(outcome.Value(value), len(failures) + 1, tuple(failures))
+        failures.append(error)
+        if retry is None or not retry.retries(error, len(failures)):
+            return Attempts(outcome.Error(error), len(failures), tuple(failures[:-1]))
+        if drain is not None:
+            if drain.requested:
+                raise CutShort(len(failures), error)
+            with trio.move_on_after(retry.backoff(len(failures))):
+                await drain.wait()
+            if drain.requested:
+                raise CutShort(len(failures), error)
+        else:
+            await trio.sleep(retry.backoff(len(failures)))
