@@ -1,0 +1,19 @@
+"""Looking at a run: a timeline image, a self-contained HTML report, and anomalies.
+
+``sluicegate plot``, ``sluicegate report`` and ``sluicegate trace`` are thin
+over these functions; see docs/observe.md. A run is recorded with a
+:class:`~sluicegate.Timeline` (``eval --trace``, ``campaign run --trace``).
+"""
+
+from .._trace import read_timelines, recording, write_chrome_trace
+from ._html import write_report
+from ._plot import PlotUnavailable, plot
+
+__all__ = [
+    "PlotUnavailable",
+    "plot",
+    "read_timelines",
+    "recording",
+    "write_chrome_trace",
+    "write_report",
+]
