@@ -73,10 +73,10 @@ table.rollouts { border-collapse: collapse; width: 100%%; table-layout: fixed; }
 table.rollouts th, table.rollouts td { border-bottom: 1px solid var(--line); padding: 4px 8px;
   text-align: left; vertical-align: top; overflow-wrap: anywhere; }
 table.rollouts th { background: #fafafa; font-weight: 600; }
-table.rollouts td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.rollouts .num { text-align: right; font-variant-numeric: tabular-nums; }
 table.rollouts tr[hidden] { display: none; }
 col.c-id { width: 22%%; } col.c-r { width: 6%%; } col.c-st { width: 9%%; }
-col.c-sc { width: 12%%; } col.c-at { width: 7%%; } col.c-du { width: 9%%; }
+col.c-sc { width: 12%%; } col.c-at { width: 8%%; } col.c-du { width: 9%%; }
 .st { font-weight: 600; } .st.ok { color: var(--ok); } .st.error { color: var(--error); }
 details summary { cursor: pointer; }
 details pre, .err pre { margin: 6px 0 2px; padding: 8px; background: #f6f6f6; border-radius: 4px;
@@ -274,8 +274,9 @@ def _table(run: RunView) -> str:
         '<span id="shown" class="muted"></span></div>'
         '<table class="rollouts" id="rollouts"><colgroup><col class="c-id"><col class="c-r">'
         '<col class="c-st"><col class="c-sc"><col class="c-at"><col class="c-du"><col>'
-        "</colgroup><thead><tr><th>task id</th><th>rollout</th><th>status</th><th>score</th>"
-        "<th>attempts</th><th>duration</th><th>error</th></tr></thead><tbody>"
+        "</colgroup><thead><tr><th>task id</th><th class=num>rollout</th><th>status</th>"
+        "<th>score</th><th class=num>attempts</th><th class=num>duration</th><th>error</th>"
+        "</tr></thead><tbody>"
         + "".join(_rows(run.rollouts))
         + '</tbody></table><p id="none" class="empty" hidden>No rollout matches.</p>'
     )
