@@ -307,3 +307,25 @@ async def test_a_log_that_cannot_be_written_never_fails_the_stream(
         await scripted(timeline)
     assert len(timeline.spans) == 3
     assert "cannot open the event log" in caplog.text
+
+
+async def test_errored_marks_a_returned_run_as_an_error(
+    autojump_clock: Any, tmp_path: Path
+) -> None:
+    log = tmp_path / "t.jsonl"
+    with Timeline(log=log) as timeline:
+        for index in range(3):
+            timeline.pulled(index, index)
+            timeline.started(index)
+        timeline.errored(2, "TimeoutError")  # before its finish
+        await trio.sleep(1)
+        for index in range(3):
+            timeline.finished(index, None)
+        timeline.errored(0, ValueError("rollout failed"))  # after it
+    expected = [("error", "ValueError"), ("ok", None), ("error", "TimeoutError")]
+    assert [(span.outcome, span.error) for span in timeline.spans] == expected
+    (from_log,) = read_timelines(log)
+    assert from_log.spans == timeline.spans
+    timeline.write_chrome_trace(tmp_path / "t.json")
+    (from_chrome,) = read_timelines(tmp_path / "t.json")
+    assert from_chrome.spans == timeline.spans

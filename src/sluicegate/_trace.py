@@ -238,6 +238,23 @@ class Timeline:
             else:
                 self._write(f'["f",{index},{now:.6f},{code},{json.dumps(name)}]\n')
 
+    def errored(self, index: int, error: BaseException | str) -> None:
+        """Record item ``index`` as an error although its run returned.
+
+        For a caller that catches failures inside its runs and reports them
+        in the result, as ``sluicegate eval`` does with a rollout that used up
+        its retries: the timeline then shows what the caller counts as an
+        error. Call it before or after the item finishes.
+
+        Args:
+            index: The item.
+            error: The exception, or its type name.
+        """
+        name = error if isinstance(error, str) else type(error).__qualname__
+        self._errors[index] = name
+        if self._fd is not None:
+            self._write(f'["e",{index},{json.dumps(name)}]\n')
+
     def marked(self, what: str) -> None:
         """An instant: ``"drain"`` requested, first ``"failure"``, source ``"close"``."""
         clock = self._clock or self._begin()
@@ -370,7 +387,7 @@ class Timeline:
                 pulled=self._pulled[i],
                 started=self._started[i],
                 finished=self._finished[i],
-                outcome=_OUTCOMES[self._code[i]],
+                outcome=self._outcome(self._index[i], self._code[i]),
                 error=self._errors.get(self._index[i]),
             )
             for i in range(len(self._index))
@@ -386,6 +403,11 @@ class Timeline:
         )
         spans.sort(key=lambda span: span.index)
         return spans
+
+    def _outcome(self, index: int, code: int) -> Outcome:
+        if code == _OK and index in self._errors:
+            return "error"  # see errored()
+        return _OUTCOMES[code]
 
     def unfinished(self) -> list[Span]:
         """The runs that started and have no recorded end, in index order.
@@ -682,6 +704,9 @@ def _replay(timeline: Timeline, entry: list[Any]) -> None:
         _, index, pulled, label = entry
         timeline._unstarted.append(Span(index, label, None, pulled, None, None, "unstarted"))
         timeline._last = max(timeline._last, pulled)
+    elif kind == "e":
+        _, index, name = entry
+        timeline._errors[index] = name
     elif kind == "m":
         _, what, now = entry
         timeline._marks.append(Mark(what, now))
