@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 
@@ -25,6 +27,38 @@ from sluicegate import Timeline
 from sluicegate._trace import recording
 
 NASTY_ID = "<script>alert('x')</script>"
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Playwright browser context on Debian's Chromium, with a fresh profile."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}: install Debian's chromium (.ci/run does)")
+    from playwright.sync_api import sync_playwright
+
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+            viewport={"width": 1280, "height": 900},
+        )
+        try:
+            yield context
+        finally:
+            context.close()
 
 
 @attrs.frozen
@@ -35,12 +69,23 @@ class Planned:
     error: str | None
 
 
-async def drive(timeline: Timeline, plan: list[Planned], window: int) -> None:
-    """Run ``plan`` through a window, telling ``timeline`` what the runner would."""
+async def drive(
+    timeline: Timeline, plan: list[Planned], window: int, *, drain_at: int | None = None
+) -> int:
+    """Run ``plan`` through a window, telling ``timeline`` what the runner would.
+
+    With ``drain_at``, a drain is requested once that many items have
+    started: no more are pulled, those in flight finish. Returns how many ran.
+    """
     places = trio.Semaphore(window)
+    ran = len(plan)
     async with trio.open_nursery() as nursery:
         for index, planned in enumerate(plan):
             await places.acquire()
+            if index == drain_at:
+                timeline.marked("drain")
+                ran = index
+                break
             timeline.pulled(index, planned)
 
             async def one(index: int = index, planned: Planned = planned) -> None:
@@ -51,6 +96,16 @@ async def drive(timeline: Timeline, plan: list[Planned], window: int) -> None:
 
             nursery.start_soon(one)
     timeline.marked("close")
+    return ran
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """The width and height of a PNG file (failing if it is not one)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
 
 
 def plan_run(count: int, *, error_every: int = 7, seed: int = 1) -> list[Planned]:
@@ -96,13 +151,18 @@ def write_eval_run(
     window: int = 8,
     trace: bool = True,
     error_every: int = 7,
-    stop_reason: str = "completed",
+    drain_at: int | None = None,
+    environment: str = "toy <env>",
 ) -> list[Planned]:
-    """Write an evaluation's run directory of ``count`` rollouts; returns the plan."""
+    """Write an evaluation's run directory of ``count`` rollouts; returns what ran.
+
+    With ``drain_at`` the run is drained (interrupted) after that many rollouts.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    plan = plan_run(count, error_every=error_every)
+    planned = plan_run(count, error_every=error_every)
+    plan = planned[:drain_at]
     rng = random.Random(2)
-    rows = [row(planned, round(rng.betavariate(2, 5), 3)) for planned in plan]
+    rows = [row(one, round(rng.betavariate(2, 5), 3)) for one in plan]
     (directory / "results.jsonl").write_text(
         "".join(json.dumps(line) + "\n" for line in rows), encoding="utf-8"
     )
@@ -110,17 +170,17 @@ def write_eval_run(
     scores = [line["score"] for line in rows if line["score"] is not None]
     record = {
         "config": {"concurrency": window, "target": "env.py:env"},
-        "environment": "toy <env>",
+        "environment": environment,
         "started_at": "2024-05-01T00:00:00+00:00",
         "ended_at": "2024-05-01T00:10:00+00:00",
-        "stop_reason": stop_reason,
-        "counts": {"planned": count, "ok": count - errors, "error": errors, "resumed": 0},
+        "stop_reason": "completed" if drain_at is None else "interrupted",
+        "error": None if drain_at is None else "SIGINT received",
+        "counts": {"planned": count, "ok": len(plan) - errors, "error": errors, "resumed": 0},
         "scores": {"score": sum(scores) / len(scores)} if scores else {},
-        "error": None,
     }
     (directory / "run.json").write_text(json.dumps(record), encoding="utf-8")
     if trace:
-        record_trace(directory, plan, window)
+        record_trace(directory, planned, window, drain_at=drain_at)
     return plan
 
 
@@ -129,9 +189,11 @@ def record_trace(
     plan: list[Planned],
     window: int,
     label: Callable[[Any], object] = lambda planned: f"{planned.task_id} #{planned.rollout}",
+    *,
+    drain_at: int | None = None,
 ) -> None:
     async def main() -> None:
         with recording(directory, label=label) as timeline:
-            await drive(timeline, plan, window)
+            await drive(timeline, plan, window, drain_at=drain_at)
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import struct
 import sys
 from pathlib import Path
 
 import pytest
 
-from observe_runs import write_eval_run
+from observe_runs import png_size, write_eval_run
 from sluicegate.cli import main
 from sluicegate.report import PlotUnavailable, plot
-
-
-def png_size(path: Path) -> tuple[int, int]:
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-    assert data[12:16] == b"IHDR"
-    width, height = struct.unpack(">II", data[16:24])
-    return width, height
 
 
 def colours(path: Path) -> set[tuple[int, int, int]]:

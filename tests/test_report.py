@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from observe_runs import NASTY_ID, write_eval_run
+from observe_runs import browser as browser  # a fixture
 from sluicegate.cli import main
 from sluicegate.report import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
 # Screenshots land here (git ignores build/), for a developer to look at.
 SHOTS = ROOT / "build" / "screenshots"
 
@@ -95,43 +94,13 @@ def test_report_of_nothing_is_a_usage_error(
 # -- in a real browser ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def browser_page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}: install Debian's chromium (.ci/run does)")
-    from playwright.sync_api import sync_playwright
-
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(profile),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-            viewport={"width": 1280, "height": 900},
-        )
-        try:
-            yield context
-        finally:
-            context.close()
-
-
-def test_report_in_a_browser(browser_page: Any, tmp_path: Path) -> None:
+def test_report_in_a_browser(browser: Any, tmp_path: Path) -> None:
     run = tmp_path / "run"
     plan = write_eval_run(run, 400)
     errors = [index for index, planned in enumerate(plan) if planned.error]
     report = write_report(run)
 
-    page = browser_page.new_page()
+    page = browser.new_page()
     problems: list[str] = []
     page.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
     page.on("pageerror", lambda exc: problems.append(str(exc)))
@@ -180,10 +149,10 @@ def test_report_in_a_browser(browser_page: Any, tmp_path: Path) -> None:
     shutil.copy(report, SHOTS / "report.html")
 
 
-def test_report_filters_10000_rollouts(browser_page: Any, tmp_path: Path) -> None:
+def test_report_filters_10000_rollouts(browser: Any, tmp_path: Path) -> None:
     plan = write_eval_run(tmp_path, 10_000, trace=True, error_every=50)
     report = write_report(tmp_path)
-    page = browser_page.new_page()
+    page = browser.new_page()
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(str(exc)))
     page.goto(report.as_uri())
