@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -156,12 +157,16 @@ def _list_unfinished(timelines: list[Timeline]) -> int:
         print("no anomalies: every run that started finished")
         return 0
     print(f"{len(found)} run(s) started and never finished:")
-    print(f"{'session':>7}  {'item':>6}  {'slot':>4}  {'started':>10}  {'running':>10}  label")
+    print(f"{'session':>7}  {'item':>6}  {'slot':>4}  {'started (UTC)':<15}  {'ran for':>9}  label")
     for number, timeline, span in found:
         assert span.started is not None
+        at = "-"
+        if timeline.started_at is not None:
+            wall = timeline.started_at + timedelta(seconds=span.started)
+            at = wall.strftime("%H:%M:%S.%f")[:-3]
         print(
-            f"{number:>7}  {span.index:>6}  {span.slot:>4}  {span.started:>9.3f}s  "
-            f"{timeline.end - span.started:>9.3f}s  {_printable(span.label)}"
+            f"{number:>7}  {span.index:>6}  {span.slot:>4}  {at:<15}  "
+            f"{timeline.end - span.started:>8.3f}s  {_printable(span.label)}"
         )
-    print("(started: seconds into its session; running: until the last event recorded)")
+    print("(ran for: until the last event the trace recorded)")
     return 1
