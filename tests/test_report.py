@@ -30,7 +30,7 @@ def test_report_escapes_user_text_and_needs_no_network(tmp_path: Path) -> None:
     # One script, ours; nothing fetched from anywhere.
     assert page.count("<script") == 1
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
-    assert page.count('<tr data-status="') == len(plan)
+    assert page.count('role="row" data-status="') == len(plan)
 
 
 def test_report_of_a_real_eval_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,8 +54,8 @@ def test_report_of_a_real_eval_run(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["report", str(out)]) == 0
     assert capsys.readouterr().out.strip() == f"wrote {out / 'report.html'}"
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert page.count('<tr data-status="ok"') == 5
-    assert page.count('<tr data-status="error"') == 1
+    assert page.count('role="row" data-status="ok"') == 5
+    assert page.count('role="row" data-status="error"') == 1
     assert "ValueError: four is &lt;bad&gt;" in page
     assert "No trace in this directory" in page
 
@@ -66,7 +66,7 @@ def test_report_tolerates_a_torn_results_file_and_a_missing_run_json(tmp_path: P
     with (tmp_path / "results.jsonl").open("a", encoding="utf-8") as file:
         file.write('{"task_id": "torn", "rollo')
     page = write_report(tmp_path, tmp_path / "elsewhere.html").read_text(encoding="utf-8")
-    assert page.count('<tr data-status="') == 10
+    assert page.count('role="row" data-status="') == 10
     assert "1 line(s) that are not rows skipped" in page
     assert "missing or unreadable" in page
     assert not (tmp_path / "report.html").exists()
@@ -110,7 +110,7 @@ def test_report_in_a_browser(browser: Any, tmp_path: Path) -> None:
     page.goto(report.as_uri())
     page.wait_for_load_state("load")
 
-    rows = page.locator("#rollouts tbody tr")
+    rows = page.locator("#rollouts .r")
     assert rows.count() == len(plan)
     assert page.locator("#shown").text_content() == f"{len(plan)} of {len(plan)} rollouts"
     assert page.locator("svg.timeline rect").count() > 0
@@ -119,7 +119,7 @@ def test_report_in_a_browser(browser: Any, tmp_path: Path) -> None:
 
     # The error filter shows exactly the error rows.
     page.get_by_role("button", name=re.compile(r"^error \(")).click()
-    visible = page.locator("#rollouts tbody tr:visible")
+    visible = page.locator("#rollouts .r:visible")
     assert visible.count() == len(errors)
     assert set(visible.evaluate_all("rows => rows.map(r => r.dataset.status)")) == {"error"}
     assert page.locator("#shown").text_content() == f"{len(errors)} of {len(plan)} rollouts"
@@ -137,7 +137,7 @@ def test_report_in_a_browser(browser: Any, tmp_path: Path) -> None:
     page.get_by_role("button", name=re.compile(r"^all \(")).click()
     page.get_by_placeholder("search task id").fill("<script>")
     page.wait_for_function("document.getElementById('shown').textContent.startsWith('1 of')")
-    nasty = page.locator("#rollouts tbody tr:visible td").first
+    nasty = page.locator("#rollouts .r:visible [role=cell]").first
     assert nasty.text_content() == NASTY_ID
     page.get_by_placeholder("search task id").fill("no such task")
     page.wait_for_function("document.getElementById('shown').textContent.startsWith('0 of')")
@@ -156,7 +156,7 @@ def test_report_filters_10000_rollouts(browser: Any, tmp_path: Path) -> None:
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(str(exc)))
     page.goto(report.as_uri())
-    assert page.locator("#rollouts tbody tr").count() == len(plan)
+    assert page.locator("#rollouts .r").count() == len(plan)
     page.get_by_role("button", name=re.compile(r"^error \(")).click()
     shown = page.locator("#shown").text_content() or ""
     assert shown == f"{len(plan) // 50} of {len(plan)} rollouts"

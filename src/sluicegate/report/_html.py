@@ -69,14 +69,16 @@ figure.hist figcaption { font-size: 12px; color: var(--muted); overflow-wrap: an
 .controls button[aria-pressed="true"] { background: #333; color: #fff; border-color: #333; }
 .controls input { font: inherit; padding: 3px 8px; min-width: 260px; border: 1px solid #bbb;
   border-radius: 4px; }
-table.rollouts { border-collapse: collapse; width: 100%%; table-layout: fixed; }
-table.rollouts th, table.rollouts td { border-bottom: 1px solid var(--line); padding: 4px 8px;
-  text-align: left; vertical-align: top; overflow-wrap: anywhere; }
-table.rollouts th { background: #fafafa; font-weight: 600; }
-table.rollouts .num { text-align: right; font-variant-numeric: tabular-nums; }
-table.rollouts tr[hidden] { display: none; }
-col.c-id { width: 22%%; } col.c-r { width: 6%%; } col.c-st { width: 9%%; }
-col.c-sc { width: 12%%; } col.c-at { width: 8%%; } col.c-du { width: 9%%; }
+/* Rows are grids, not table rows, so that the browser can skip laying out
+   the ones off screen (content-visibility): 10,000 rows stay fast. */
+.rollouts .r, .rollouts .rh { display: grid; grid-template-columns: minmax(0, 22fr)
+  minmax(0, 7fr) minmax(0, 8fr) minmax(0, 12fr) minmax(0, 8fr) minmax(0, 9fr) minmax(0, 34fr); }
+.rollouts .r { content-visibility: auto; contain-intrinsic-size: auto 30px; }
+.rollouts .r[hidden] { display: none; }
+.rollouts .rh { background: #fafafa; font-weight: 600; }
+.rollouts .r > *, .rollouts .rh > * { border-bottom: 1px solid var(--line); padding: 4px 8px;
+  overflow-wrap: anywhere; }
+.rollouts .num { text-align: right; font-variant-numeric: tabular-nums; }
 .st { font-weight: 600; } .st.ok { color: var(--ok); } .st.error { color: var(--error); }
 details summary { cursor: pointer; }
 details pre, .err pre { margin: 6px 0 2px; padding: 8px; background: #f6f6f6; border-radius: 4px;
@@ -90,7 +92,7 @@ _SCRIPT: Final = """
   "use strict";
   var table = document.getElementById("rollouts");
   if (!table) { return; }
-  var rows = Array.prototype.slice.call(table.tBodies[0].rows);
+  var rows = Array.prototype.slice.call(table.querySelectorAll(".r"));
   var statuses = rows.map(function (row) { return row.getAttribute("data-status"); });
   var ids = rows.map(function (row) { return row.getAttribute("data-task").toLowerCase(); });
   var buttons = Array.prototype.slice.call(document.querySelectorAll("[data-filter]"));
@@ -168,13 +170,16 @@ def _error_cell(rollout: Rollout) -> str:
 def _rows(rollouts: Iterable[Rollout]) -> Iterable[str]:
     for rollout in rollouts:
         status = _text(rollout.status)
+        task = _text(rollout.task_id)
         yield (
-            f'<tr data-status="{status}" data-task="{_text(rollout.task_id)}">'
-            f"<td>{_text(rollout.task_id)}</td><td class=num>{rollout.rollout}</td>"
-            f'<td><span class="st {status}">{status}</span></td>'
-            f"<td>{_text(_score(rollout.score))}</td><td class=num>{rollout.attempts}</td>"
-            f"<td class=num>{_duration(rollout.duration_s)}</td>"
-            f"<td>{_error_cell(rollout)}</td></tr>"
+            f'<div class="r" role="row" data-status="{status}" data-task="{task}">'
+            f'<div role="cell">{task}</div>'
+            f'<div role="cell" class="num">{rollout.rollout}</div>'
+            f'<div role="cell" class="st {status}">{status}</div>'
+            f'<div role="cell">{_text(_score(rollout.score))}</div>'
+            f'<div role="cell" class="num">{rollout.attempts}</div>'
+            f'<div role="cell" class="num">{_duration(rollout.duration_s)}</div>'
+            f'<div role="cell">{_error_cell(rollout)}</div></div>\n'
         )
 
 
@@ -272,13 +277,14 @@ def _table(run: RunView) -> str:
         + '<input id="search" type="search" placeholder="search task id" '
         'aria-label="search task id" autocomplete="off">'
         '<span id="shown" class="muted"></span></div>'
-        '<table class="rollouts" id="rollouts"><colgroup><col class="c-id"><col class="c-r">'
-        '<col class="c-st"><col class="c-sc"><col class="c-at"><col class="c-du"><col>'
-        "</colgroup><thead><tr><th>task id</th><th class=num>rollout</th><th>status</th>"
-        "<th>score</th><th class=num>attempts</th><th class=num>duration</th><th>error</th>"
-        "</tr></thead><tbody>"
+        '<div class="rollouts" id="rollouts" role="table" aria-label="rollouts">'
+        '<div class="rh" role="row"><div role="columnheader">task id</div>'
+        '<div role="columnheader" class="num">rollout</div><div role="columnheader">status</div>'
+        '<div role="columnheader">score</div><div role="columnheader" class="num">attempts</div>'
+        '<div role="columnheader" class="num">duration</div><div role="columnheader">error</div>'
+        '</div><div role="rowgroup">\n'
         + "".join(_rows(run.rollouts))
-        + '</tbody></table><p id="none" class="empty" hidden>No rollout matches.</p>'
+        + '</div></div><p id="none" class="empty" hidden>No rollout matches.</p>'
     )
 
 
