@@ -329,3 +329,16 @@ async def test_errored_marks_a_returned_run_as_an_error(
     timeline.write_chrome_trace(tmp_path / "t.json")
     (from_chrome,) = read_timelines(tmp_path / "t.json")
     assert from_chrome.spans == timeline.spans
+
+
+async def test_a_malformed_chrome_trace_is_refused(autojump_clock: Any, tmp_path: Path) -> None:
+    timeline = Timeline()
+    await scripted(timeline)
+    timeline.write_chrome_trace(tmp_path / "t.json")
+    data = json.loads((tmp_path / "t.json").read_text())
+    for event in data["traceEvents"]:
+        if event["ph"] == "X":
+            del event["args"]["index"]
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="malformed event"):
+        read_timelines(tmp_path / "t.json")
