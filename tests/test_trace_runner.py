@@ -7,7 +7,6 @@ left unfinished.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import json
 import os
@@ -28,11 +27,6 @@ import sluicegate
 from sluicegate import Drain, Timeline, open_stream, run_stream
 from sluicegate.cli import main
 
-# Until the runner's trace= hooks are merged (the runner branch).
-pytestmark = pytest.mark.skipif(
-    "trace" not in inspect.signature(run_stream).parameters,
-    reason="run_stream has no trace= yet",
-)
 property_settings = settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
