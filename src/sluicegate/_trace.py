@@ -147,6 +147,8 @@ class Timeline:
         self._clock: Callable[[], float] | None = None
         self._origin = 0.0
         self._started_at: datetime | None = None
+        # A floor for `end` where the record alone cannot tell it (a run
+        # read back as unfinished ran until then).
         self._last = 0.0
         # Pulled and not started: index -> (pulled, label).
         self._pending: dict[int, tuple[float, str | None]] = {}
@@ -168,9 +170,6 @@ class Timeline:
         self._errors: dict[int, str] = {}
         self._unstarted: list[Span] = []
         self._marks: list[Mark] = []
-        # The number of runs in flight after each start and finish.
-        self._flight_t = array("d")
-        self._flight_n = array("i")
         self._log_path = None if log is None else Path(log)
         self._fd: int | None = None
 
@@ -198,7 +197,6 @@ class Timeline:
         if self._label is not None:
             label = self._name(item)
         self._pending[index] = (now, label)
-        self._last = now
 
     def started(self, index: int) -> None:
         """The run of item ``index`` started; it takes the lowest free slot."""
@@ -210,7 +208,7 @@ class Timeline:
         else:
             slot = self._slots
             self._slots += 1
-        self._open(index, pulled, now, slot, label)
+        self._running[index] = (pulled, now, slot, label)
         if self._fd is not None:
             self._write(f'["s",{index},{pulled:.6f},{now:.6f},{slot},{json.dumps(label)}]\n')
 
@@ -228,10 +226,12 @@ class Timeline:
             code, name = _CANCELLED, None
         else:
             code, name = _ERROR, type(error).__qualname__
-        if index not in self._running:
+        running = self._running.pop(index, None)
+        if running is None:
             self._never_started(index, now)
             return
-        self._close(index, now, code, name)
+        heapq.heappush(self._free, running[2])
+        self._store(index, running, now, code, name)
         if self._fd is not None:
             if name is None:
                 self._write(f'["f",{index},{now:.6f},{code}]\n')
@@ -260,7 +260,6 @@ class Timeline:
         clock = self._clock or self._begin()
         now = clock() - self._origin
         self._marks.append(Mark(what, now))
-        self._last = now
         if self._fd is not None:
             self._write(f'["m",{json.dumps(what)},{now:.6f}]\n')
 
@@ -277,19 +276,16 @@ class Timeline:
             return None
         return None if name is None else str(name)
 
-    def _open(
-        self, index: int, pulled: float, started: float, slot: int, label: str | None
+    def _store(
+        self,
+        index: int,
+        running: tuple[float, float, int, str | None],
+        now: float,
+        code: int,
+        error: str | None,
     ) -> None:
-        running = self._running
-        running[index] = (pulled, started, slot, label)
-        self._flight_t.append(started)
-        self._flight_n.append(len(running))
-        self._last = started
-
-    def _close(self, index: int, now: float, code: int, error: str | None) -> None:
-        running = self._running
-        pulled, started, slot, label = running.pop(index)
-        heapq.heappush(self._free, slot)
+        """Keep a finished run (``running`` as it was in ``_running``)."""
+        pulled, started, slot, label = running
         self._index.append(index)
         self._pulled.append(pulled)
         self._started.append(started)
@@ -299,9 +295,6 @@ class Timeline:
         self._labels.append(label)
         if error is not None:
             self._errors[index] = error
-        self._flight_t.append(now)
-        self._flight_n.append(len(running))
-        self._last = now
 
     def _never_started(self, index: int, now: float) -> None:
         pulled, label = self._pending.pop(index, (now, None))
@@ -349,8 +342,9 @@ class Timeline:
 
         Items pulled and never started are recorded (and logged) as unstarted.
         """
+        end = self.end
         for index in list(self._pending):
-            self._never_started(index, self._last)
+            self._never_started(index, end)
         self._release()
 
     def __enter__(self) -> Timeline:
@@ -369,7 +363,13 @@ class Timeline:
     @property
     def end(self) -> float:
         """The time of the latest event recorded, in seconds since the first."""
-        return self._last
+        return max(
+            self._last,
+            max(self._finished, default=0.0),
+            max((mark.time for mark in self._marks), default=0.0),
+            max((entry[1] for entry in self._running.values()), default=0.0),
+            max((entry[0] for entry in self._pending.values()), default=0.0),
+        )
 
     @property
     def slots(self) -> int:
@@ -424,8 +424,26 @@ class Timeline:
 
     @property
     def in_flight(self) -> list[tuple[float, int]]:
-        """``(time, runs in flight just after it)`` at each start and finish."""
-        return list(zip(self._flight_t, self._flight_n, strict=True))
+        """``(time, runs in flight just after it)`` where that number changed, in time order.
+
+        Derived from the starts and finishes, so that recording costs less: a
+        run that ends at the very instant the next one starts (under trio's
+        ``MockClock``, say) leaves no mark.
+        """
+        changes: dict[float, int] = {}
+        for time in self._started:
+            changes[time] = changes.get(time, 0) + 1
+        for time in self._finished:
+            changes[time] = changes.get(time, 0) - 1
+        for _, started, _, _ in self._running.values():
+            changes[started] = changes.get(started, 0) + 1
+        flight = []
+        count = 0
+        for time in sorted(changes):
+            if changes[time]:
+                count += changes[time]
+                flight.append((time, count))
+        return flight
 
     def write_chrome_trace(self, path: str | os.PathLike[str]) -> None:
         """Write this timeline as a Chrome trace (see :func:`write_chrome_trace`)."""
@@ -575,8 +593,7 @@ def _chrome_events(timelines: Sequence[Timeline]) -> _ChromeTrace:
                     args=args,
                 )
             )
-        # One counter sample per instant: runs that start and end at the same
-        # time would otherwise show as spikes that never happened.
+        # Instants that round to the same microsecond share one sample.
         flight: dict[float, int] = {}
         for time, count in timeline.in_flight:
             flight[offset + _us(time)] = count
@@ -699,11 +716,12 @@ def _replay(timeline: Timeline, entry: list[Any]) -> None:
     if kind == "s":
         _, index, pulled, started, slot, label = entry
         timeline._slots = max(timeline._slots, slot + 1)
-        timeline._open(index, pulled, started, slot, label)
+        timeline._running[index] = (pulled, started, slot, label)
     elif kind == "f":
         index, now, code = entry[1], entry[2], entry[3]
-        if index in timeline._running:
-            timeline._close(index, now, code, entry[4] if len(entry) > 4 else None)
+        running = timeline._running.pop(index, None)
+        if running is not None:
+            timeline._store(index, running, now, code, entry[4] if len(entry) > 4 else None)
     elif kind == "u":
         _, index, pulled, label = entry
         timeline._unstarted.append(Span(index, label, None, pulled, None, None, "unstarted"))
@@ -714,7 +732,6 @@ def _replay(timeline: Timeline, entry: list[Any]) -> None:
     elif kind == "m":
         _, what, now = entry
         timeline._marks.append(Mark(what, now))
-        timeline._last = max(timeline._last, now)
     else:
         raise ValueError(f"unknown event kind {kind!r}")
 
@@ -745,20 +762,21 @@ def _rebuild(trace: _ChromeTrace) -> list[Timeline]:
     def seconds(pid: int, ts: float) -> float:
         return (ts - offsets[pid]) / 1e6
 
-    # Starts and ends replayed in time order rebuild the in-flight counter
-    # the way the live timeline built it.
-    moves: list[tuple[float, int, int, Timeline, _Event]] = []
     for event in trace.traceEvents:
         timeline = timelines[event.pid]
         args = event.args or {}
         if event.ph == "X":
             start = seconds(event.pid, event.ts)
             end = start + (event.dur or 0.0) / 1e6
-            moves.append((start, 1, args["index"], timeline, event))
-            if args["outcome"] != "unfinished":
-                moves.append((end, 2 if end == start else 0, args["index"], timeline, event))
-            else:
+            running = (seconds(event.pid, args["pulled"]), start, event.tid, args["label"])
+            timeline._slots = max(timeline._slots, event.tid + 1)
+            if args["outcome"] == "unfinished":
+                timeline._running[args["index"]] = running
+                # It ran at least until the trace was written.
                 timeline._last = max(timeline._last, end)
+            else:
+                code = _CODES[args["outcome"]]
+                timeline._store(args["index"], running, end, code, args.get("error"))
         elif event.ph == "i" and event.cat == "mark":
             timeline._marks.append(Mark(event.name, seconds(event.pid, event.ts)))
         elif event.ph == "i" and event.cat == "unstarted":
@@ -766,21 +784,8 @@ def _rebuild(trace: _ChromeTrace) -> list[Timeline]:
             timeline._unstarted.append(
                 Span(args["index"], args["label"], None, pulled, None, None, "unstarted")
             )
-    # At one instant: ends of earlier runs, then starts, then the ends of
-    # runs that took no time at all (a slot is free the moment its run ends).
-    moves.sort(key=lambda move: move[:2])
-    for time, kind, index, timeline, event in moves:
-        args = event.args or {}
-        if kind == 1:
-            pulled = seconds(event.pid, args["pulled"])
-            timeline._slots = max(timeline._slots, event.tid + 1)
-            timeline._open(index, pulled, time, event.tid, args["label"])
-        else:
-            timeline._close(index, time, _CODES[args["outcome"]], args.get("error"))
     for timeline in timelines.values():
         timeline._marks.sort(key=lambda mark: mark.time)
-        if timeline._flight_t:
-            timeline._last = max(timeline._last, timeline._flight_t[-1])
     return list(timelines.values())
 
 
