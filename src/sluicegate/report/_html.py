@@ -32,6 +32,8 @@ REPORT: Final = "report.html"
 # An error message longer than this is cut in the table's summary line (the
 # whole of it is in the expanded part).
 _SHORT: Final = 160
+# Rows per chunk of the rollout table (see the CSS).
+_CHUNK: Final = 200
 
 _CSS: Final = """
 :root { --ok: %(ok)s; --error: %(error)s; --cancelled: %(cancelled)s;
@@ -69,12 +71,12 @@ figure.hist figcaption { font-size: 12px; color: var(--muted); overflow-wrap: an
 .controls button[aria-pressed="true"] { background: #333; color: #fff; border-color: #333; }
 .controls input { font: inherit; padding: 3px 8px; min-width: 260px; border: 1px solid #bbb;
   border-radius: 4px; }
-/* Rows are grids, not table rows, so that the browser can skip laying out
-   the ones off screen (content-visibility): 10,000 rows stay fast. */
+/* Rows are grids, not table rows, in chunks the browser skips laying out
+   while they are off screen (content-visibility): 10,000 rows stay fast. */
 .rollouts .r, .rollouts .rh { display: grid; grid-template-columns: minmax(0, 22fr)
   minmax(0, 7fr) minmax(0, 8fr) minmax(0, 12fr) minmax(0, 8fr) minmax(0, 9fr) minmax(0, 34fr); }
-.rollouts .r { content-visibility: auto; contain-intrinsic-size: auto 30px; }
-.rollouts .r[hidden] { display: none; }
+.rollouts .chunk { content-visibility: auto; contain-intrinsic-size: auto 6000px; }
+.rollouts .r[hidden], .rollouts .chunk[hidden] { display: none; }
 .rollouts .rh { background: #fafafa; font-weight: 600; }
 .rollouts .r > *, .rollouts .rh > * { border-bottom: 1px solid var(--line); padding: 4px 8px;
   overflow-wrap: anywhere; }
@@ -92,7 +94,16 @@ _SCRIPT: Final = """
   "use strict";
   var table = document.getElementById("rollouts");
   if (!table) { return; }
-  var rows = Array.prototype.slice.call(table.querySelectorAll(".r"));
+  // Rows come in chunks that the browser leaves unrendered off screen; each
+  // chunk is given the height its shown rows will take (about 30 px each).
+  var chunks = Array.prototype.slice.call(table.querySelectorAll(".chunk"));
+  var rows = [], chunkOf = [];
+  chunks.forEach(function (chunk, number) {
+    for (var row = chunk.firstElementChild; row; row = row.nextElementSibling) {
+      rows.push(row);
+      chunkOf.push(number);
+    }
+  });
   var statuses = rows.map(function (row) { return row.getAttribute("data-status"); });
   var ids = rows.map(function (row) { return row.getAttribute("data-task").toLowerCase(); });
   var buttons = Array.prototype.slice.call(document.querySelectorAll("[data-filter]"));
@@ -103,12 +114,17 @@ _SCRIPT: Final = """
   function apply() {
     var query = search.value.trim().toLowerCase();
     var count = 0;
+    var perChunk = chunks.map(function () { return 0; });
     for (var i = 0; i < rows.length; i++) {
       var show = (status === "all" || statuses[i] === status) &&
         (query === "" || ids[i].indexOf(query) !== -1);
       if (rows[i].hidden === show) { rows[i].hidden = !show; }
-      if (show) { count++; }
+      if (show) { count++; perChunk[chunkOf[i]]++; }
     }
+    chunks.forEach(function (chunk, number) {
+      chunk.hidden = perChunk[number] === 0;
+      chunk.style.containIntrinsicSize = perChunk[number] * 30 + "px";
+    });
     shown.textContent = count + " of " + rows.length + " rollouts";
     none.hidden = count !== 0;
   }
@@ -181,6 +197,18 @@ def _rows(rollouts: Iterable[Rollout]) -> Iterable[str]:
             f'<div role="cell" class="num">{_duration(rollout.duration_s)}</div>'
             f'<div role="cell">{_error_cell(rollout)}</div></div>\n'
         )
+
+
+def _chunks(rows: Iterable[str], size: int = _CHUNK) -> Iterable[str]:
+    """``rows`` in groups the browser can leave unrendered while off screen."""
+    batch: list[str] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield f'<div class="chunk">{"".join(batch)}</div>'
+            batch = []
+    if batch:
+        yield f'<div class="chunk">{"".join(batch)}</div>'
 
 
 def _card(value: object, what: str) -> str:
@@ -283,7 +311,7 @@ def _table(run: RunView) -> str:
         '<div role="columnheader">score</div><div role="columnheader" class="num">attempts</div>'
         '<div role="columnheader" class="num">duration</div><div role="columnheader">error</div>'
         '</div><div role="rowgroup">\n'
-        + "".join(_rows(run.rollouts))
+        + "".join(_chunks(_rows(run.rollouts)))
         + '</div></div><p id="none" class="empty" hidden>No rollout matches.</p>'
     )
 
