@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from .. import __version__
-from .._trace import Timeline, read_timelines
+from .._trace import Timeline, read_timelines, write_atomically
 from ._layout import COLOURS, MARKS
 from ._run import Rollout, RunView, read_run
 from ._svg import histograms_svg, timeline_svg
@@ -374,7 +374,7 @@ def render(directory: Path) -> str:
         f'<div class="muted">{_text(directory.resolve())}</div></header>'
         f"<main>{''.join(sections)}</main>"
         f"<footer>sluicegate {_text(__version__)} · generated {generated}</footer>"
-        f"<script>{_SCRIPT}</script></body></html>\n"
+        f"<script>{_SCRIPT}</script></body></html>"
     )
 
 
@@ -399,7 +399,5 @@ def write_report(
         raise FileNotFoundError(f"{directory} is not a directory")
     page = render(directory)
     path = Path(output) if output is not None else directory / REPORT
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(page, encoding="utf-8")
-    os.replace(partial, path)
+    write_atomically(path, page)
     return path
