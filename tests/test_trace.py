@@ -178,22 +178,23 @@ async def test_chrome_trace_reads_back(autojump_clock: Any, tmp_path: Path) -> N
     timeline.pulled(3, "d")  # never started
     timeline.close()
     timeline.write_chrome_trace(tmp_path / "t.json")
-    (back,) = read_timelines(tmp_path / "t.json")
+    assert_same(read_timelines(tmp_path / "t.json"), timeline)
+
+
+def assert_same(read: list[Timeline], timeline: Timeline) -> None:
+    (back,) = read
     assert back.spans == timeline.spans
     assert back.marks == timeline.marks
-    assert back.started_at == timeline.started_at
     assert back.in_flight == timeline.in_flight
+    assert back.started_at == timeline.started_at
+    assert back.end == timeline.end
 
 
 async def test_event_log_reads_back_the_same_timeline(autojump_clock: Any, tmp_path: Path) -> None:
     log = tmp_path / "t.jsonl"
     with Timeline(label=str, log=log) as timeline:
         await scripted(timeline)
-    (back,) = read_timelines(log)
-    assert back.spans == timeline.spans
-    assert back.marks == timeline.marks
-    assert back.in_flight == timeline.in_flight
-    assert back.started_at == timeline.started_at
+    assert_same(read_timelines(log), timeline)
 
 
 async def test_unfinished_runs_show_in_the_log(autojump_clock: Any, tmp_path: Path) -> None:
