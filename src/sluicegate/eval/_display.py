@@ -256,7 +256,8 @@ class RichDisplay(_Guarded):
             *_detail_rows(summary),
         ]
         for label, text in rows:
-            table.add_row(Text(label), Text(text))
+            # Folded, not cut short with an ellipsis: a path must stay whole.
+            table.add_row(Text(label), Text(text, overflow="fold"))
         self.guard(lambda: Console(file=self._file).print(table))
 
 
