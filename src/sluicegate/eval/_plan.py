@@ -28,7 +28,7 @@ from .._take import take
 from .._taskset import Task, Taskset
 from ._config import EvalConfig, UsageError
 from ._records import Row
-from ._rollout import rollout_of
+from ._rollout import DuplicateTaskId, rollout_of
 from ._tally import Tally
 
 __all__ = [
@@ -43,10 +43,6 @@ __all__ = [
     "kind_of",
     "plan",
 ]
-
-
-class DuplicateTaskId(ValueError):
-    """Two tasks of one evaluation have the same id, or one rollout was added twice."""
 
 
 class TaskCapWarning(UserWarning):
@@ -133,6 +129,12 @@ def _with_id(task: Any, task_id: str) -> Any:
     return attrs.evolve(task, id=task_id) if isinstance(task, Task) else task
 
 
+def _duplicate(rollout: int, task_id: str) -> DuplicateTaskId:
+    return DuplicateTaskId(
+        f"duplicate rollout {rollout} of task {task_id!r}: each rollout of a task runs once"
+    )
+
+
 class IdBook:
     """Task ids and the rollouts reserved under each.
 
@@ -176,14 +178,15 @@ class IdBook:
         """
         single = self._single.get(task_id, ())
         if rollout is None:
-            if task_id in self._whole or any(k < self._rollouts for k in single):
+            if task_id in self._whole:
                 raise DuplicateTaskId(f"duplicate task id {task_id!r}: every task needs its own id")
+            taken = sorted(k for k in single if k < self._rollouts)
+            if taken:
+                raise _duplicate(taken[0], task_id)
             self._whole.add(task_id)
             return
         if rollout in single or (task_id in self._whole and rollout < self._rollouts):
-            raise DuplicateTaskId(
-                f"duplicate rollout {rollout} of task {task_id!r}: each rollout of a task runs once"
-            )
+            raise _duplicate(rollout, task_id)
         self._single.setdefault(task_id, set()).add(rollout)
 
     def assign(self, task: Any) -> tuple[str, Any]:
@@ -328,6 +331,10 @@ class EvalSource(SampleSource[Any, Any]):
     rollouts of an admitted task still run; a new task past the cap is
     dropped with one :class:`TaskCapWarning`, and once the cap is reached
     the user's ``next()`` is not called), and ``tally.planned`` grows.
+
+    A duplicate raises :class:`DuplicateTaskId` where the task was added
+    (``enqueue()`` included) and fails the run when the run that added it
+    completes, whether or not its code caught the exception.
     """
 
     def __init__(self, user: SampleSource[Any, Any], config: EvalConfig, tally: Tally) -> None:
@@ -338,6 +345,7 @@ class EvalSource(SampleSource[Any, Any]):
         self._ids = frozenset(config.ids)
         self._admitted: set[str] = set()
         self._warned = False
+        self._failure: DuplicateTaskId | None = None
 
     @property
     def full(self) -> bool:
@@ -356,6 +364,20 @@ class EvalSource(SampleSource[Any, Any]):
             )
 
     def _admit(self, items: Iterable[Any], rollout: int | None) -> list[Slot]:
+        try:
+            return self._slots(items, rollout)
+        except DuplicateTaskId as exc:
+            # Raised to whoever added the task, and kept: the run fails even
+            # if that code catches it.
+            if self._failure is None:
+                self._failure = exc
+            raise
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _slots(self, items: Iterable[Any], rollout: int | None) -> list[Slot]:
         tasks = [_prompted(task, self._config.system_prompt) for task in items]
         rollouts = range(self._config.rollouts) if rollout is None else range(rollout, rollout + 1)
         slots: list[Slot] = []
@@ -375,11 +397,13 @@ class EvalSource(SampleSource[Any, Any]):
         return self._user.initial()
 
     async def next(self) -> Sequence[Any] | None:
+        self._check()
         if self.full:
             return None
         return await self._user.next()
 
     async def on_complete(self, item: Slot, result: Row | None) -> Sequence[Any] | None:
+        self._check()
         if result is None or result.status != "ok":
             return None
         with rollout_of(item.rollout):

@@ -12,6 +12,7 @@ cluster hands :class:`Rollouts` its own ``attempt``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -34,7 +35,15 @@ from ._target import Parts
 if TYPE_CHECKING:
     from ._plan import Slot
 
-__all__ = ["AttemptFn", "Rollouts", "Scored", "attempt_here", "current_rollout", "rollout_of"]
+__all__ = [
+    "AttemptFn",
+    "DuplicateTaskId",
+    "Rollouts",
+    "Scored",
+    "attempt_here",
+    "current_rollout",
+    "rollout_of",
+]
 
 _rollout: ContextVar[int | None] = ContextVar("sluicegate_eval_rollout", default=None)
 
@@ -106,6 +115,19 @@ async def attempt_here(env: Parts, slot: Slot) -> Scored:
     return Scored(result, await _score(env, slot.task, result))
 
 
+class DuplicateTaskId(ValueError):
+    """Two tasks of one evaluation have the same id, or one rollout was added twice."""
+
+
+class _Fatal(BaseException):
+    """Carries an exception past :func:`~sluicegate.service._retry.attempt`, which
+    would otherwise make an error row of it."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 @attrs.frozen
 class Rollouts:
     """The runner's ``run``: one slot in, one row out (None when a drain cut it short).
@@ -127,6 +149,14 @@ class Rollouts:
     timeout: float | None = None
     attempt: AttemptFn = attempt_here
 
+    async def _once(self, slot: Slot) -> Scored:
+        try:
+            return await self.attempt(self.env, slot)
+        except DuplicateTaskId as exc:
+            # Not the rollout's failure but the evaluation's: neither an
+            # error row nor worth a retry.
+            raise _Fatal(exc) from None
+
     async def __call__(self, slot: Slot) -> Row | None:
         started_at = datetime.now(UTC)
         start = trio.current_time()
@@ -134,7 +164,7 @@ class Rollouts:
         try:
             with rollout_of(slot.rollout):
                 tried = await attempt(
-                    lambda: self.attempt(self.env, slot),
+                    functools.partial(self._once, slot),
                     retry=self.retry,
                     limit=self.timeout,
                     drain=self.drain,
@@ -142,6 +172,8 @@ class Rollouts:
         except CutShort:
             self.tally.cut_short += 1
             return None
+        except _Fatal as fatal:
+            raise fatal.error from None
         finally:
             self.tally.running -= 1
         duration = trio.current_time() - start
