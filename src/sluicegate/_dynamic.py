@@ -212,8 +212,9 @@ class SampleSource(Generic[T, R]):
             admitting: Asked before each item is handed out; once it says no
                 (a drain was requested, a run failed), the stream ends and
                 keeps what is still buffered from running.
-            drained: Whether admission closed because of a drain (not a
-                failure or a cancellation); only then does
+            drained: True once admission closed because of a drain (false
+                after a failure or a cancellation ended the stream); see
+                :class:`~sluicegate._runner.BindsRun`. Only then does
                 :meth:`on_abandoned` hear about the items left unstarted.
 
         Returns:

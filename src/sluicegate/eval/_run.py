@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 import trio
 
-from .._runner import Drain, open_stream
+from .._runner import Drain, Recorder, open_stream
 from .._util import sole_exception
 from ..service import drain_on_signals
 from ..service._signals import DEFAULT_SIGNALS
@@ -166,7 +166,7 @@ async def _run_slots(
     config: EvalConfig,
     log: ResultsLog,
     tally: Tally,
-    trace: Any,
+    trace: Recorder | None,
 ) -> tuple[StopReason, str | None]:
     budget = ErrorBudget.parse(config.fail_on_error)
     # The runner's signature names iterables only; a SampleSource gets in
@@ -176,7 +176,12 @@ async def _run_slots(
         async with (
             _serving(rollouts.env),
             open_stream(
-                slots, rollouts, window=config.concurrency, ordered=False, drain=rollouts.drain
+                slots,
+                rollouts,
+                window=config.concurrency,
+                ordered=False,
+                drain=rollouts.drain,
+                trace=trace,
             ) as results,
         ):
             async for done in results:
@@ -237,7 +242,7 @@ async def evaluate(
     display: str = "none",
     drain: Drain | None = None,
     signals: bool = False,
-    trace: Any = None,
+    trace: Recorder | None = None,
 ) -> EvalReport:
     """Evaluate ``env``: run its tasks' rollouts, record every one, and judge the run.
 
@@ -275,7 +280,8 @@ async def evaluate(
         signals: Drain on the first SIGINT/SIGTERM, cancel on the second
             (main thread only). A static set's ``load()`` then runs in a
             worker thread, so that signals are heard while it reads.
-        trace: A recorder handed to the runner (see the run observation docs).
+        trace: A recorder handed to the runner as its ``trace=``: it hears of
+            every slot pulled, started and finished. None records nothing.
 
     Returns:
         The :class:`~sluicegate.eval.EvalReport`; ``run.json`` says the same.
