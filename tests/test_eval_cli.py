@@ -45,6 +45,18 @@ def sluicegate(tmp_path: Path, *argv: str, **extra: str) -> subprocess.Completed
     )
 
 
+def start(tmp_path: Path, *argv: str, **extra: str) -> subprocess.Popen[str]:
+    """``sluicegate eval`` in the background, its output on pipes."""
+    return subprocess.Popen(
+        command(*argv),
+        cwd=tmp_path,
+        env=environ(**extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def rows(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
@@ -140,14 +152,7 @@ def test_a_closed_pipe_does_not_stop_the_run(tmp_path: Path) -> None:
     # lines come every 0.5 s while the 12 rollouts take about 2 s in all.
     out = tmp_path / "out"
     argv = (SIGNALS, "-c", "1", "-o", str(out), "--display", "plain")
-    with subprocess.Popen(
-        command(*argv),
-        cwd=tmp_path,
-        env=environ(EVAL_SLOW="0.15"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as process:
+    with start(tmp_path, *argv, EVAL_SLOW="0.15") as process:
         assert process.stdout is not None and process.stderr is not None
         first = process.stdout.readline()
         process.stdout.close()
@@ -173,14 +178,7 @@ def test_a_kill_or_a_signal_during_load_leaves_nothing_or_a_resumable_run(
     # SIGTERM drains, so run.json says interrupted and a resume finishes it.
     argv = (SIGNALS, "-o", "out", "--display", "none")
     for sig in (signal.SIGKILL, signal.SIGTERM):
-        with subprocess.Popen(
-            command(*argv),
-            cwd=tmp_path,
-            env=environ(EVAL_LOAD_BLOCKS="1"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        ) as process:
+        with start(tmp_path, *argv, EVAL_LOAD_BLOCKS="1") as process:
             os.kill(_started_loading(process), sig)
             process.wait()
         if sig == signal.SIGKILL:

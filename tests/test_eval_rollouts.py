@@ -73,7 +73,9 @@ async def test_a_group_of_four_runs_together_and_grows_by_two(
             enqueue(task, rollout=4)
             enqueue(task, rollout=5)
 
-    source = SampleSource[Task, int].from_items([Task(input="2+2", id="g")], on_complete=on_complete)
+    source = SampleSource[Task, int].from_items(
+        [Task(input="2+2", id="g")], on_complete=on_complete
+    )
     report = await evaluate(Env(source, run), rollouts=4, concurrency=8, output_dir=tmp_path)
     assert report.stop_reason == "completed" and report.ok == 6
     assert keys(tmp_path) == [("g", k) for k in range(6)]
