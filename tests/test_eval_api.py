@@ -283,7 +283,7 @@ def test_the_first_errors_are_named_and_the_rest_counted(
     err = capsys.readouterr().err
     named = re.findall(r"task (\d+) rollout 0 failed: ValueError: odd task \1", err)
     assert named == ["1", "3", "5", "7", "9"]
-    assert "1 more errors not named here" in err
+    assert "1 more error not named here" in err
 
 
 async def test_timeout_ends_an_attempt_as_a_timeout_error(

@@ -34,7 +34,7 @@ __all__ = [
     "RUN",
     "TORN",
     "Previous",
-    "ResultsLog",
+    "RunLog",
     "check_new",
     "create",
     "encode_row",
@@ -89,15 +89,24 @@ def encode_row(row: Row) -> str:
         return _dumps_escaped(data)
 
 
-class ResultsLog:
-    """Appends rows to ``results.jsonl``, one flushed line each."""
+class RunLog:
+    """One session's output: ``run.json`` when it starts and ends, rows in between.
 
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / RESULTS
-        self._file: IO[str] = self.path.open("a", encoding="utf-8")
+    Opening it makes the directory (see :func:`create`); :meth:`close`
+    writes the final record.
+
+    Raises:
+        UsageError: the directory cannot be created or written.
+    """
+
+    def __init__(self, directory: Path, record: RunRecord) -> None:
+        create(directory, record)
+        self.directory = directory
+        self.record = record
+        self._file: IO[str] = (directory / RESULTS).open("a", encoding="utf-8")
 
     def write(self, row: Row) -> None:
-        """Append ``row`` and flush it to the OS.
+        """Append ``row`` to ``results.jsonl`` and flush it to the OS.
 
         A plain blocking write: a row is a few hundred bytes into the page
         cache, far cheaper than a thread hop per row, and a process killed
@@ -106,9 +115,12 @@ class ResultsLog:
         self._file.write(encode_row(row) + "\n")
         self._file.flush()
 
-    def close(self) -> None:
-        """Close the file."""
+    def close(self, record: RunRecord) -> RunRecord:
+        """Close ``results.jsonl`` and write the final ``record``; returns it."""
         self._file.close()
+        write_run_record(self.directory, record)
+        self.record = record
+        return record
 
 
 def check_new(directory: Path) -> None:

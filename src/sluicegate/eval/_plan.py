@@ -424,7 +424,6 @@ async def plan(
     config: EvalConfig,
     done: Collection[tuple[str, int]],
     tally: Tally,
-    *,
     threaded: bool = False,
 ) -> Source:
     """The runner's source of slots for this evaluation; sets or grows ``tally.planned``.

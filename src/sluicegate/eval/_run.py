@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,12 +33,10 @@ from ._log import (
     RESULTS,
     TORN,
     Previous,
-    ResultsLog,
+    RunLog,
     check_new,
-    create,
     read_results,
     read_run_record,
-    write_run_record,
 )
 from ._plan import DuplicateTaskId, Kind, Source, check, kind_of, plan
 from ._records import Row, RunRecord, StopReason
@@ -68,6 +66,11 @@ class _Setup:
     kind: Kind
     earlier: RunRecord | None
     previous: Previous | None
+
+    @property
+    def done(self) -> Collection[tuple[str, int]]:
+        """The rollouts a resume found ok: not run again."""
+        return self.previous.ok.keys() if self.previous is not None else ()
 
 
 def _default_output(name: str) -> Path:
@@ -164,7 +167,7 @@ async def _run_slots(
     source: Source,
     rollouts: Rollouts,
     config: EvalConfig,
-    log: ResultsLog,
+    log: RunLog,
     tally: Tally,
     trace: Recorder | None,
 ) -> tuple[StopReason, str | None]:
@@ -203,6 +206,31 @@ async def _run_slots(
             logger.error("the environment failed", exc_info=exc)
         return "failed", f"{type(exc).__name__}: {exc}"
     return "completed", None
+
+
+def _stopped(
+    stop: StopReason, error: str | None, drain: Drain, cancel: trio.CancelScope
+) -> tuple[StopReason, str | None]:
+    """How the session stopped, once its drain and its cancel scope are taken into account."""
+    if stop == "completed" and (drain.requested or cancel.cancelled_caught):
+        stop = "interrupted"
+    if stop == "interrupted":
+        error = drain.reason or "cancelled"
+    return stop, error
+
+
+def _conclude(shown: Display | None, record: RunRecord, setup: _Setup, tally: Tally) -> None:
+    """Count the errors not named, and show the summary."""
+    more = tally.errors - FIRST_ERRORS
+    if more > 0:
+        logger.warning(
+            "%d more error%s not named here: every one is in %s",
+            more,
+            "" if more == 1 else "s",
+            Path(record.config.output) / RESULTS,
+        )
+    if shown is not None:
+        shown.summary(_summary(record, setup, tally))
 
 
 def _summary(record: RunRecord, setup: _Setup, tally: Tally) -> Summary:
@@ -308,7 +336,7 @@ async def evaluate(
         min_score=min_score,
     )
     shown = make_display(display)
-    config, directory = setup.config, Path(setup.config.output)
+    config = setup.config
     tally = Tally(concurrency=config.concurrency, started=trio.current_time())
     drain = drain if drain is not None else Drain()
     # The first signal stops waiting for a load() still reading; the second
@@ -324,38 +352,22 @@ async def evaluate(
         _showing(shown, tally),
     ):
         source: Source | None = None
-        done = setup.previous.ok if setup.previous is not None else {}
         with startup:
-            source = await plan(
-                setup.kind, setup.parts.taskset, config, done.keys(), tally, threaded=signals
-            )
-        tally.add_resumed(done.values())
-        record = begin(config, setup.parts.name, setup.earlier)
-        create(directory, record)
-        log = ResultsLog(directory)
+            source = await plan(setup.kind, setup.parts.taskset, config, setup.done, tally, signals)
+        tally.add_resumed(setup.previous.ok.values() if setup.previous else ())
+        log = RunLog(Path(config.output), begin(config, setup.parts.name, setup.earlier))
         stop: StopReason = "interrupted"
-        error: str | None = "cancelled"
+        error: str | None = None
         try:
             if source is not None:
                 rollout = Rollouts(setup.parts, tally, drain, config.retry(), config.timeout)
                 with cancel:
                     stop, error = await _run_slots(source, rollout, config, log, tally, trace)
-                if stop == "completed" and (drain.requested or cancel.cancelled_caught):
-                    stop = "interrupted"
         finally:
             # Written however the session ends, a KeyboardInterrupt or an
             # outside cancellation included: run.json never stays unfinished.
-            log.close()
-            if stop == "interrupted":
-                error = drain.reason or "cancelled"
-            record = end(record, stop, error, tally)
-            write_run_record(directory, record)
-        if tally.errors > FIRST_ERRORS:
-            logger.warning(
-                "%d more errors not named here: every one is in %s",
-                tally.errors - FIRST_ERRORS,
-                directory / RESULTS,
-            )
-        if shown is not None:
-            shown.summary(_summary(record, setup, tally))
-    return EvalReport.of(record, directory)
+            stop, error = _stopped(stop, error, drain, cancel)
+            record = log.close(end(log.record, stop, error, tally))
+    # After the live display has stopped, so that the summary stands alone.
+    _conclude(shown, record, setup, tally)
+    return EvalReport.of(record, log.directory)
