@@ -464,5 +464,32 @@ async def test_a_growing_source_is_judged_as_a_whole(tmp_path: Path, autojump_cl
     assert report.reasons == ("no scores to hold to --min-score 0.5",)
 
 
+class Recorder:
+    """The runner's trace protocol, keeping what it hears."""
+
+    def __init__(self) -> None:
+        self.slots: list[tuple[str, int]] = []
+        self.finished_count = 0
+
+    def pulled(self, index: int, item: Any, /) -> None:
+        self.slots.append((item.task_id, item.rollout))
+
+    def started(self, index: int, /) -> None:
+        pass
+
+    def finished(self, index: int, error: BaseException | None, /) -> None:
+        self.finished_count += 1
+
+    def marked(self, what: str, /) -> None:
+        pass
+
+
+async def test_a_trace_recorder_sees_every_slot(tmp_path: Path, autojump_clock: Any) -> None:
+    recorder = Recorder()
+    await evaluate(Env(static(2)), rollouts=2, output_dir=tmp_path, trace=recorder)
+    assert sorted(recorder.slots) == [(t, r) for t in ("1", "2") for r in (0, 1)]
+    assert recorder.finished_count == 4
+
+
 def test_usage_error_is_a_value_error() -> None:
     assert issubclass(UsageError, ValueError)

@@ -240,7 +240,7 @@ class Orchestrated(SampleSource[Task, Any]):
 
 
 async def test_an_orchestrating_run_hears_on_abandoned_after_a_drain(
-    tmp_path: Path, autojump_clock: Any
+    tmp_path: Path, autojump_clock: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     drain = Drain()
     source = Orchestrated()
@@ -259,8 +259,11 @@ async def test_an_orchestrating_run_hears_on_abandoned_after_a_drain(
         return dict(source.outcomes)
 
     with trio.fail_after(100):
-        report = await evaluate(Env(source, run), concurrency=2, output_dir=tmp_path, drain=drain)
+        report = await evaluate(
+            Env(source, run), concurrency=2, output_dir=tmp_path, drain=drain, display="plain"
+        )
     assert report.stop_reason == "interrupted"
+    assert "abandoned: 2: task w1 rollout 0, task w2 rollout 0\n" in capsys.readouterr().out
     assert source.outcomes == {"w0": "done", "w1": "abandoned", "w2": "abandoned"}
     assert source.abandoned == [("w1", 0), ("w2", 0)]
     record = run_json(tmp_path)
