@@ -10,7 +10,10 @@ asked for next.
 
 The dispatcher pulls only when a window place is free, so the stream never
 needs to know the window: it only decides *what* to hand out and when to
-wait.
+wait. Everything added passes through the source's admission hook
+(:meth:`SampleSource._admit`) at the moment it is added; an evaluation's
+source makes rollout slots there. After a drain, what was accepted but
+never started goes to :meth:`SampleSource.on_abandoned`.
 """
 
 from __future__ import annotations

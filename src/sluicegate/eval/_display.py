@@ -134,8 +134,9 @@ class _Guarded:
     def file(self) -> TextIO:
         return self._file if self._file is not None else sys.stdout
 
-    def guard(self, write: Callable[[], None]) -> None:
-        if self.silent:
+    def guard(self, write: Callable[[], None], *, even_if_silent: bool = False) -> None:
+        """Call ``write``; the first failure silences the display for good."""
+        if self.silent and not even_if_silent:
             return
         try:
             write()
@@ -233,7 +234,8 @@ class RichDisplay(_Guarded):
                 self.guard(lambda: live.update(self._render(tally), refresh=True))  # type: ignore[arg-type]
                 await trio.sleep(self._interval)
         finally:
-            self.guard(live.stop)
+            # Even when silent: stopping also gives sys.stdout and sys.stderr back.
+            self.guard(live.stop, even_if_silent=True)
 
     def summary(self, summary: Summary) -> None:
         from rich.console import Console

@@ -86,6 +86,13 @@ def _default_output(name: str) -> Path:
 def _setup(
     env: object, resume: bool, output_dir: str | os.PathLike[str] | None, **settings: Any
 ) -> _Setup:
+    """Resolve the environment and check every setting, before anything runs.
+
+    Nothing is written, except that a resume sets aside a torn last line.
+
+    Raises:
+        UsageError: for the first thing refused.
+    """
     if resume and output_dir is None:
         raise UsageError("resume=True needs output_dir: the directory of the run to continue")
     earlier = None
@@ -319,6 +326,7 @@ async def evaluate(
             refused before anything ran (a ``load()`` that raised and
             duplicate task ids included).
     """
+    shown = make_display(display)
     setup = _setup(
         env,
         resume,
@@ -335,7 +343,6 @@ async def evaluate(
         fail_on_error=fail_on_error,
         min_score=min_score,
     )
-    shown = make_display(display)
     config = setup.config
     tally = Tally(concurrency=config.concurrency, started=trio.current_time())
     drain = drain if drain is not None else Drain()

@@ -163,7 +163,9 @@ def environment(env: object) -> Parts:
         return env
     if isinstance(env, str):
         return resolve_target(env)
-    return as_parts(env, type(env).__name__.lower() if not inspect.isclass(env) else env.__name__)
+    named = inspect.isclass(env) or inspect.isfunction(env)
+    name: str = env.__name__ if named else type(env).__name__  # type: ignore[attr-defined]
+    return as_parts(env, name.lower())
 
 
 def _is_file(where: str) -> bool:
