@@ -269,17 +269,15 @@ def deep_down(number: int) -> float:
 
 @pytest.mark.parametrize("display", ["none", "plain", "rich"])
 def test_the_first_errors_are_named_and_the_rest_counted(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], display: str
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    display: str,
 ) -> None:
     target = f"{ENVS / 'signals.py'}:env"
     argv = ["eval", target, "-o", str(tmp_path), "--display", display, "--fail-on-error", "100"]
-    import os
-
-    os.environ["EVAL_FAIL_ODD"] = "1"
-    try:
-        assert main([*argv, "-c", "1"]) == 0
-    finally:
-        del os.environ["EVAL_FAIL_ODD"]
+    monkeypatch.setenv("EVAL_FAIL_ODD", "1")
+    assert main([*argv, "-c", "1"]) == 0
     err = capsys.readouterr().err
     named = re.findall(r"task (\d+) rollout 0 failed: ValueError: odd task \1", err)
     assert named == ["1", "3", "5", "7", "9"]
