@@ -177,6 +177,9 @@ def write_eval_run(
         "error": None if drain_at is None else "SIGINT received",
         "counts": {"planned": count, "ok": len(plan) - errors, "error": errors, "resumed": 0},
         "scores": {"score": sum(scores) / len(scores)} if scores else {},
+        "passed": drain_at is None and not errors,
+        "reasons": [f"{errors} errors"] if errors else [],
+        "sessions": [{"started_at": "2024-05-01T00:00:00+00:00"}],
     }
     (directory / "run.json").write_text(json.dumps(record), encoding="utf-8")
     if trace:

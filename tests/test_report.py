@@ -49,7 +49,8 @@ def test_report_of_a_real_eval_run(tmp_path: Path, capsys: pytest.CaptureFixture
         encoding="utf-8",
     )
     out = tmp_path / "run"
-    main(["eval", f"{target}:env", "-o", str(out), "--display", "none", "--fail-on-error", "0.5"])
+    argv = ["eval", f"{target}:env", "-o", str(out), "--display", "none"]
+    assert main([*argv, "--fail-on-error", "0.5", "--min-score", "0.9"]) == 1
     capsys.readouterr()
     assert main(["report", str(out)]) == 0
     assert capsys.readouterr().out.strip() == f"wrote {out / 'report.html'}"
@@ -57,6 +58,10 @@ def test_report_of_a_real_eval_run(tmp_path: Path, capsys: pytest.CaptureFixture
     assert page.count('role="row" data-status="ok"') == 5
     assert page.count('role="row" data-status="error"') == 1
     assert "ValueError: four is &lt;bad&gt;" in page
+    # eval keeps an error's traceback; the report shows it, and why the run did not pass.
+    assert re.search(r"<pre>Traceback \(most recent call last\):.*four is &lt;bad&gt;", page, re.S)
+    assert '<span class="badge fail">did not pass</span>' in page
+    assert "mean score 0.22 is below --min-score 0.9" in page
     assert "No trace in this directory" in page
 
 

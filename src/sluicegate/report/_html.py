@@ -222,9 +222,9 @@ def _summary(run: RunView) -> str:
     cards = [_card(len(run.rollouts), "rollouts recorded")]
     cards.extend(_card(count, status) for status, count in sorted(statuses.items()))
     if summary is not None:
-        for name in ("planned", "resumed"):
+        for name in ("planned", "resumed", "abandoned", "cut_short"):
             if summary.counts.get(name):
-                cards.append(_card(summary.counts[name], name))
+                cards.append(_card(summary.counts[name], name.replace("_", " ")))
         cards.extend(_card(f"{mean:.4g}", f"mean {name}") for name, mean in summary.scores.items())
     parts.append(f'<div class="cards">{"".join(cards)}</div>')
     facts: list[tuple[str, str]] = []
@@ -234,6 +234,11 @@ def _summary(run: RunView) -> str:
         facts.append(("stop reason", summary.stop_reason or "none yet (running, or killed)"))
         if summary.error:
             facts.append(("why", summary.error))
+        if summary.passed is not None:
+            facts.append(("passed", "yes" if summary.passed else "no"))
+        facts.extend(("not passed", reason) for reason in summary.reasons)
+        if summary.sessions > 1:
+            facts.append(("sessions", f"{summary.sessions} (resumed)"))
         if summary.started_at:
             facts.append(("started", summary.started_at))
         if summary.ended_at:

@@ -60,10 +60,12 @@ class Summary:
     ended_at: str | None = None
     stop_reason: str | None = None
     passed: bool | None = None
+    reasons: list[str] = attrs.field(factory=list)
     error: str | None = None
     counts: dict[str, int] = attrs.field(factory=dict)
     scores: dict[str, float] = attrs.field(factory=dict)
     concurrency: int | None = None
+    sessions: int = 1
     version: str | None = None
 
 
@@ -128,6 +130,8 @@ def _summary(data: Mapping[str, Any]) -> Summary:
     known = {field.name for field in attrs.fields(Summary)}
     fields = {key: value for key, value in data.items() if key in known}
     fields["concurrency"] = concurrency if isinstance(concurrency, int) else None
+    sessions = data.get("sessions")
+    fields["sessions"] = len(sessions) if isinstance(sessions, list) and sessions else 1
     fields["version"] = data.get("sluicegate_version") or None
     return _converter.structure(fields, Summary)
 
