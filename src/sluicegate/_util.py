@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["sole_exception"]
+import contextlib
+import sys
+import types
+
+import attrs
+
+__all__ = ["fixup_module_metadata", "sole_exception"]
 
 
 def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -15,3 +21,57 @@ def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
     if len(group.exceptions) == 1:
         return group.exceptions[0]
     return group
+
+
+def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> None:
+    """Make the names a package re-exports report the package as their home.
+
+    Call it last in a package's ``__init__``, as
+    ``_util.fixup_module_metadata(__name__, globals())``. Every class and
+    function listed in the namespace's ``__all__`` that was defined in one of
+    the package's private modules (``pkg._name``) gets ``pkg`` as its
+    ``__module__``, and its public name as ``__name__``/``__qualname__``, and
+    so do the methods and nested classes defined in it. Tracebacks, reprs and
+    the API docs then say ``sluicegate.testing.Trace``, not
+    ``sluicegate.testing._trace.Trace``. Names re-exported from another
+    public package keep that package as their home.
+
+    An attrs class resolves its string annotations first, against the
+    private module that defined it: ``typing.get_type_hints`` (and so cattrs)
+    looks names up in the module ``__module__`` names, and the package does
+    not import everything its modules do.
+
+    Args:
+        module_name: The package's ``__name__``.
+        namespace: The package's ``globals()``.
+    """
+    private_prefix = module_name + "._"
+    seen: set[int] = set()
+
+    def fix(qualname: str, name: str, obj: object) -> None:
+        if not isinstance(obj, type | types.FunctionType) or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        home = obj.__module__
+        if not home.startswith(private_prefix):
+            return
+        if isinstance(obj, type) and attrs.has(obj):
+            defining = sys.modules.get(home)
+            # A name imported only for type checkers resolves nowhere: leave it.
+            with contextlib.suppress(NameError):
+                attrs.resolve_types(obj, globalns=vars(defining) if defining else None)
+        defined_as = obj.__qualname__
+        obj.__module__ = module_name
+        obj.__name__ = name
+        obj.__qualname__ = qualname
+        if isinstance(obj, type):
+            for attr_name, value in list(vars(obj).items()):
+                # Only what the class body defined; a class attribute that
+                # refers to another top-level class keeps that class's name.
+                if getattr(value, "__qualname__", None) == f"{defined_as}.{attr_name}":
+                    fix(f"{qualname}.{attr_name}", attr_name, value)
+
+    exported = namespace.get("__all__", ())
+    assert isinstance(exported, list | tuple), "__all__ must be a list of names"
+    for name in exported:
+        fix(name, name, namespace[name])

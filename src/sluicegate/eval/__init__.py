@@ -7,3 +7,7 @@ settings and the error budget, ``_plan`` turns a taskset or a
 resume, ``_display`` shows progress, and ``_cli`` parses the command line.
 See ``docs/eval.md``.
 """
+
+from .. import _util
+
+_util.fixup_module_metadata(__name__, globals())

@@ -1,18 +1,59 @@
-"""Check a recorded :class:`Trace` against the runner's invariants (DESIGN.md section 2)."""
+"""Check a recorded :class:`Trace` against the runner's invariants.
+
+The invariants and their numbers are those of ``docs/runner.md``.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, final
 
 import attrs
 
 from ._trace import Trace
 
+#: The numbered invariants of docs/runner.md, as a violation names them.
+INVARIANTS = {
+    1: "window",
+    2: "back-pressure",
+    3: "order",
+    4: "fail fast",
+    5: "close-out",
+    6: "drain",
+    7: "caller cancellation",
+}
+
 
 class InvariantViolation(AssertionError):
-    """A trace broke one of the runner's invariants; the message says which and where."""
+    """A trace broke one of the runner's invariants.
+
+    The message starts with the invariant's number and name in
+    ``docs/runner.md`` (``invariant 2 (back-pressure)``), then the event
+    where it broke and what was wrong.
+
+    Attributes:
+        invariant: The invariant's number in docs/runner.md, or None when the
+            trace is inconsistent in itself (a run of an item never pulled,
+            an item run twice).
+        position: The index in ``trace.events`` of the offending event, or
+            None for a count checked at the end.
+    """
+
+    def __init__(
+        self, message: str, *, invariant: int | None = None, position: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.invariant = invariant
+        self.position = position
 
 
+def _violation(invariant: int | None, position: int | None, detail: str) -> InvariantViolation:
+    named = "" if invariant is None else f"invariant {invariant} ({INVARIANTS[invariant]}): "
+    return InvariantViolation(
+        f"{named}{detail} (see docs/runner.md)", invariant=invariant, position=position
+    )
+
+
+@final
 @attrs.frozen
 class TraceSummary:
     """Counts taken from a trace that passed :func:`check_trace`."""
@@ -66,7 +107,8 @@ def check_trace(
         A :class:`TraceSummary` of the counts.
 
     Raises:
-        InvariantViolation: naming the invariant and the event index.
+        InvariantViolation: naming the invariant by its number in
+            ``docs/runner.md`` and the offending event.
     """
     pulls = items = starts = finished = failed = cancelled = consumed = close_count = 0
     alive = peak = 0
@@ -74,8 +116,9 @@ def check_trace(
     pulled: list[object] = []
     started: list[object] = []
 
-    def fail(position: int, message: str) -> None:
-        raise InvariantViolation(f"event {position} ({trace.events[position]!r}): {message}")
+    def fail(position: int, invariant: int | None, message: str) -> None:
+        event = trace.events[position]
+        raise _violation(invariant, position, f"event {position} ({event!r}): {message}")
 
     for position, event in enumerate(trace.events):
         kind = event.kind
@@ -83,11 +126,11 @@ def check_trace(
             pulls += 1
             freed = finished if frees_on == "finish" else consumed
             if window is not None and pulls > freed + window:
-                fail(position, f"back-pressure: pull {pulls} with only {freed} places freed")
+                fail(position, 2, f"pull {pulls} with only {freed} places freed")
             if failure_seen:
-                fail(position, "fail fast: pulled after a failure")
+                fail(position, 4, "pulled after a failure")
             if close_count:
-                fail(position, "close-out: pulled after the source was closed")
+                fail(position, 5, "pulled after the source was closed")
         elif kind == "item":
             items += 1
             pulled.append(event.item)
@@ -95,17 +138,17 @@ def check_trace(
             failure_seen = True
         elif kind == "start":
             if failure_seen:
-                fail(position, "fail fast: a run started after a failure")
+                fail(position, 4, "a run started after a failure")
             if event.item not in pulled:
-                fail(position, "a run started for an item that was never pulled")
+                fail(position, None, "a run started for an item that was never pulled")
             if event.item in started:
-                fail(position, "an item started twice")
+                fail(position, None, "an item started twice")
             started.append(event.item)
             starts += 1
             alive += 1
             peak = max(peak, alive)
             if window is not None and alive > window:
-                fail(position, f"window: {alive} runs alive with window {window}")
+                fail(position, 1, f"{alive} runs alive with window {window}")
         elif kind in ("finish", "fail", "cancel"):
             alive -= 1
             if kind == "finish":
@@ -120,7 +163,7 @@ def check_trace(
         elif kind == "close":
             close_count += 1
             if alive and not drained:
-                fail(position, f"close-out: closed with {alive} runs still alive")
+                fail(position, 5, f"closed with {alive} runs still alive")
     if close_count != closes:
-        raise InvariantViolation(f"close-out: closed {close_count} times, expected {closes}")
+        raise _violation(5, None, f"closed {close_count} times, expected {closes}")
     return TraceSummary(pulls, items, starts, finished, failed, cancelled, peak, close_count)
