@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
+import inspect
 import sys
 import types
+import typing
 
 import attrs
 
@@ -36,9 +37,9 @@ def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> Non
     ``sluicegate.testing._trace.Trace``. Names re-exported from another
     public package keep that package as their home.
 
-    An attrs class resolves its string annotations first, against the
-    private module that defined it: ``typing.get_type_hints`` (and so cattrs)
-    looks names up in the module ``__module__`` names, and the package does
+    A class has its string annotations resolved first, against the private
+    module that defined it: ``typing.get_type_hints`` (and so cattrs) looks
+    names up in the module that ``__module__`` names, and the package does
     not import everything its modules do.
 
     Args:
@@ -55,11 +56,8 @@ def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> Non
         home = obj.__module__
         if not home.startswith(private_prefix):
             return
-        if isinstance(obj, type) and attrs.has(obj):
-            defining = sys.modules.get(home)
-            # A name imported only for type checkers resolves nowhere: leave it.
-            with contextlib.suppress(NameError):
-                attrs.resolve_types(obj, globalns=vars(defining) if defining else None)
+        if isinstance(obj, type):
+            _resolve_annotations(obj, sys.modules.get(home))
         defined_as = obj.__qualname__
         obj.__module__ = module_name
         obj.__name__ = name
@@ -75,3 +73,17 @@ def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> Non
     assert isinstance(exported, list | tuple), "__all__ must be a list of names"
     for name in exported:
         fix(name, name, namespace[name])
+
+
+def _resolve_annotations(cls: type, defining: types.ModuleType | None) -> None:
+    """Replace the string annotations of ``cls`` by what they name in ``defining``."""
+    own = inspect.get_annotations(cls)
+    if not own or defining is None:
+        return
+    try:
+        hints = typing.get_type_hints(cls, globalns=vars(defining), include_extras=True)
+    except NameError:
+        return  # a name imported only for type checkers: nothing could resolve it
+    cls.__annotations__ = {name: hints.get(name, value) for name, value in own.items()}
+    if attrs.has(cls):
+        attrs.resolve_types(cls, globalns=vars(defining), include_extras=True)
