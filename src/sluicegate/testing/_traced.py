@@ -93,11 +93,25 @@ def traced_source(
     raise TypeError(f"source must be an iterable or async iterable, not {type(source).__name__}")
 
 
-class _TracedAsyncIterator(AsyncIterator[T]):
-    def __init__(self, inner: AsyncIterator[T], trace: Trace) -> None:
-        self._inner = inner
+class _Recording:
+    """What the sync and async wrappers share: the trace, and closing once."""
+
+    def __init__(self, trace: Trace) -> None:
         self._trace = trace
         self._closed = False
+
+    def _record_close(self) -> bool:
+        """Record a close; true the first time, when the wrapped source must close too."""
+        self._trace.record("close")
+        first = not self._closed
+        self._closed = True
+        return first
+
+
+class _TracedAsyncIterator(_Recording, AsyncIterator[T]):
+    def __init__(self, inner: AsyncIterator[T], trace: Trace) -> None:
+        super().__init__(trace)
+        self._inner = inner
 
     async def __anext__(self) -> T:
         self._trace.record("pull")
@@ -116,20 +130,15 @@ class _TracedAsyncIterator(AsyncIterator[T]):
 
     async def aclose(self) -> None:
         """Record the close; close the wrapped iterator the first time."""
-        self._trace.record("close")
-        if self._closed:
-            return
-        self._closed = True
         aclose = getattr(self._inner, "aclose", None)
-        if aclose is not None:
+        if self._record_close() and aclose is not None:
             await aclose()
 
 
-class _TracedIterator(Iterator[T]):
+class _TracedIterator(_Recording, Iterator[T]):
     def __init__(self, inner: Iterator[T], trace: Trace) -> None:
+        super().__init__(trace)
         self._inner = inner
-        self._trace = trace
-        self._closed = False
 
     def __next__(self) -> T:
         self._trace.record("pull")
@@ -146,12 +155,8 @@ class _TracedIterator(Iterator[T]):
 
     def close(self) -> None:
         """Record the close; close the wrapped iterator the first time."""
-        self._trace.record("close")
-        if self._closed:
-            return
-        self._closed = True
         close = getattr(self._inner, "close", None)
-        if close is not None:
+        if self._record_close() and close is not None:
             close()
 
 
