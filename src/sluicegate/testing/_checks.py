@@ -78,24 +78,29 @@ def check_trace(
 ) -> TraceSummary:
     """Validate ``trace`` against the runner's invariants and summarise it.
 
-    Checked, event by event:
+    Checked, event by event, with the invariants' numbers in docs/runner.md:
 
-    * window: runs alive (started, not yet finished, failed or cancelled)
+    * window (1): runs alive (started, not yet finished, failed or cancelled)
       never exceed ``window``;
-    * back-pressure: at every pull, pulls so far <= freed places + ``window``,
-      where a place is freed by a finished run (``frees_on="finish"``, as in
-      ``run_stream``) or by a result handed to the consumer
-      (``frees_on="consume"``, as in ``open_stream``);
-    * fail fast: no run starts and nothing is pulled after the first run
+    * back-pressure (2): at every pull, pulls so far <= freed places +
+      ``window``, where a place is freed by a finished run
+      (``frees_on="finish"``, as in ``run_stream``) or by a result handed to
+      the consumer (``frees_on="consume"``, as in ``open_stream``);
+    * fail fast (4): no run starts and nothing is pulled after the first run
       failure or source error;
-    * every started item was pulled, and starts once;
-    * close-out: the source is closed exactly ``closes`` times, nothing is
-      pulled after the close, and (unless ``drained``, where in-flight runs
-      finish after the source is closed) no run is still alive at the close.
+    * close-out (5): the source is closed exactly ``closes`` times, nothing is
+      pulled after the close, and no run is still alive at the close
+      (unless ``drained``: a drain closes the source first and lets the runs
+      in flight finish, invariant 6).
+
+    And that the trace is whole: every started item was pulled, and starts
+    once. Order (3) and caller cancellation (7) are the test's to check: a
+    trace does not record what the caller received or when it was cancelled.
 
     Args:
-        trace: Events recorded by a :class:`ScriptedFeed`/:class:`ScriptedIter`,
-            a :class:`RunProbe` and, for ``frees_on="consume"``, the test
+        trace: Events recorded by a :class:`ScriptedFeed`/:class:`ScriptedIter`
+            or :func:`traced_source`, a :class:`RunProbe` or :func:`traced_run`
+            and, for ``frees_on="consume"``, the test
             recording ``consume`` as it receives each result.
         window: The window the runner was given (None: unbounded).
         frees_on: What frees a place, see above.
