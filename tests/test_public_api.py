@@ -7,11 +7,14 @@ new one is checked as soon as it exists.
 
 from __future__ import annotations
 
+import decimal
 import importlib
 import importlib.metadata
+import pathlib
 import pkgutil
 import subprocess
 import sys
+import textwrap
 import types
 import typing
 from collections.abc import Set
@@ -21,6 +24,7 @@ import attrs
 import pytest
 
 import sluicegate
+from sluicegate import _util
 
 
 def public_packages() -> list[str]:
@@ -125,6 +129,58 @@ def test_classes_resolve_their_annotations(package: str, name: str) -> None:
     typing.get_type_hints(obj)
     if attrs.has(obj):
         assert [field.name for field in attrs.fields(obj) if isinstance(field.type, str)] == []
+
+
+def test_the_fixup_renames_only_what_a_private_module_of_the_package_defined() -> None:
+    private = types.ModuleType("pkg._things")
+    exec(
+        textwrap.dedent(
+            """
+            from __future__ import annotations
+            from decimal import Decimal
+            from typing import TYPE_CHECKING
+            import attrs
+            if TYPE_CHECKING:
+                from somewhere import Missing
+
+            @attrs.frozen
+            class Price:
+                amount: Decimal
+                def doubled(self) -> Price:
+                    return Price(self.amount * 2)
+
+            class Odd:
+                later: Missing
+
+            def helper() -> None: ...
+            """
+        ),
+        vars(private),
+    )
+    sys.modules[private.__name__] = private
+    try:
+        namespace: dict[str, object] = {
+            "Price": private.Price,
+            "Odd": private.Odd,
+            "cost": private.helper,
+            "Path": pathlib.Path,
+            "__all__": ["Price", "Odd", "cost", "Path"],
+        }
+        _util.fixup_module_metadata("pkg", namespace)
+    finally:
+        del sys.modules[private.__name__]
+    assert private.Price.__module__ == "pkg"
+    assert private.Price.doubled.__module__ == "pkg"
+    assert private.Price.doubled.__qualname__ == "Price.doubled"
+    assert attrs.fields(private.Price).amount.type is decimal.Decimal
+    assert typing.get_type_hints(private.Price) == {"amount": decimal.Decimal}
+    # An annotation nothing can resolve stays as it was; the name still moves.
+    assert private.Odd.__annotations__ == {"later": "Missing"}
+    assert private.Odd.__module__ == "pkg"
+    # Exported under another name: it takes that name.
+    assert (private.helper.__name__, private.helper.__qualname__) == ("cost", "cost")
+    # Not defined in the package: untouched.
+    assert pathlib.Path.__module__ == "pathlib"
 
 
 def test_the_version_is_the_same_everywhere() -> None:

@@ -15,7 +15,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluicegate import Drain, SampleSource, enqueue, open_stream, run_stream
-from sluicegate.testing import InvariantViolation, Trace, check_trace, traced_run, traced_source
+from sluicegate.testing import (
+    InvariantViolation,
+    RunProbe,
+    ScriptedFeed,
+    ScriptedIter,
+    Trace,
+    check_trace,
+    traced_run,
+    traced_source,
+)
 
 
 async def double(n: int) -> int:
@@ -285,3 +294,22 @@ def test_the_kit_works_without_hypothesis() -> None:
         "installs: pip install 'sluicegate[test]'"
         for name in ("schedules", "windows")
     ]
+
+
+async def test_the_scripted_doubles_refuse_misuse_and_describe_themselves() -> None:
+    feed = ScriptedFeed([1])
+    feed.fail(ValueError("down"))
+    assert await anext(feed) == 1
+    with pytest.raises(ValueError, match="down"):
+        await anext(feed)
+    assert repr(feed) == "<ScriptedFeed pulls=2 delivered=1 queued=1 closed=False>"
+    await feed.aclose()
+    with pytest.raises(RuntimeError, match="ScriptedFeed pulled after it was closed"):
+        await anext(feed)
+    items = ScriptedIter([1])
+    items.close()
+    with pytest.raises(RuntimeError, match="ScriptedIter pulled after it was closed"):
+        next(items)
+    probe = RunProbe[int]()
+    assert await probe(3) == 3
+    assert repr(probe) == "<RunProbe started=1 finished=1 alive=0 peak=1>"
