@@ -165,8 +165,7 @@ class _TracedBinder:
         self._inner = inner
         self._trace = trace
 
-    def bind_run(
-        self, run: Any, /, *, admitting: Callable[[], bool]
-    ) -> tuple[AsyncIterator[Any], Any]:
-        items, bound_run = self._inner.bind_run(run, admitting=admitting)
+    def bind_run(self, run: Any, /, **hooks: Any) -> tuple[AsyncIterator[Any], Any]:
+        # The dispatcher's hooks (admitting, drained, ...) pass through as they are.
+        items, bound_run = self._inner.bind_run(run, **hooks)
         return _TracedAsyncIterator(items, self._trace), bound_run
