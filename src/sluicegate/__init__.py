@@ -3,6 +3,7 @@
 The public names live in small private modules and are re-exported here.
 """
 
+from . import _util
 from ._dynamic import SampleSource, enqueue
 from ._runner import Done, Drain, open_stream, run_stream
 from ._take import take
@@ -24,3 +25,5 @@ __all__ = [
     "run_stream",
     "take",
 ]
+
+_util.fixup_module_metadata(__name__, globals())

@@ -10,6 +10,7 @@ pieces are importable for job code and for tools:
   :func:`read_report` are what the command line calls.
 """
 
+from .. import _util
 from ._convert import CampaignFileError
 from ._job import Budget, JobContext, Outcome
 from ._ledger import BudgetRefused, Ledger, LedgerError, LedgerMissing
@@ -45,3 +46,5 @@ __all__ = [
     "request_drain",
     "run_campaign",
 ]
+
+_util.fixup_module_metadata(__name__, globals())
