@@ -32,7 +32,6 @@ from typing import Any
 import trio
 
 from sluicegate import Timeline, run_stream
-from sluicegate._trace import read_timelines
 
 WINDOW = 8
 CHROMIUM = Path("/usr/bin/chromium")
@@ -103,10 +102,10 @@ def bench_export(n: int, scratch: Path) -> None:
     timeline.write_chrome_trace(path)
     rows.append(("write_chrome_trace", time.process_time() - start))
     start = time.process_time()
-    read_timelines(path)
+    Timeline.read(path)
     rows.append(("read back trace.json", time.process_time() - start))
     start = time.process_time()
-    read_timelines(scratch / "export.jsonl")
+    Timeline.read(scratch / "export.jsonl")
     rows.append(("read back the event log", time.process_time() - start))
     size = path.stat().st_size
     print(f"exporting: {n:,} items, trace.json {size / 1e6:.1f} MB ({size / n:.0f} B/item)")

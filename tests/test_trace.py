@@ -12,7 +12,7 @@ import trio
 import trio.testing
 
 from sluicegate import Timeline
-from sluicegate._trace import TRACE, TRACE_LOG, Mark, Span, read_timelines, recording
+from sluicegate._trace import TRACE, TRACE_LOG, Mark, Span, recording
 
 
 def cancelled() -> trio.Cancelled:
@@ -178,7 +178,7 @@ async def test_chrome_trace_reads_back(autojump_clock: Any, tmp_path: Path) -> N
     timeline.pulled(3, "d")  # never started
     timeline.close()
     timeline.write_chrome_trace(tmp_path / "t.json")
-    assert_same(read_timelines(tmp_path / "t.json"), timeline)
+    assert_same(Timeline.read(tmp_path / "t.json"), timeline)
 
 
 def assert_same(read: list[Timeline], timeline: Timeline) -> None:
@@ -194,7 +194,7 @@ async def test_event_log_reads_back_the_same_timeline(autojump_clock: Any, tmp_p
     log = tmp_path / "t.jsonl"
     with Timeline(label=str, log=log) as timeline:
         await scripted(timeline)
-    assert_same(read_timelines(log), timeline)
+    assert_same(Timeline.read(log), timeline)
 
 
 async def test_unfinished_runs_show_in_the_log(autojump_clock: Any, tmp_path: Path) -> None:
@@ -206,7 +206,7 @@ async def test_unfinished_runs_show_in_the_log(autojump_clock: Any, tmp_path: Pa
     await trio.sleep(2)
     timeline.finished(1, None)
     # No close(): the process is gone. The log already holds everything.
-    (back,) = read_timelines(log)
+    (back,) = Timeline.read(log)
     assert [(span.index, span.label, span.slot) for span in back.unfinished()] == [
         (0, "task-0", 0),
         (2, "task-2", 2),
@@ -229,7 +229,7 @@ async def test_a_torn_last_line_is_skipped(autojump_clock: Any, tmp_path: Path, 
     last = whole.rstrip(b"\n").rsplit(b"\n", 1)[1]
     assert last.startswith(b'["s",1,')
     log.write_bytes(whole[: len(whole) - len(last) - 1 + tear])
-    (back,) = read_timelines(log)
+    (back,) = Timeline.read(log)
     assert [(span.index, span.outcome) for span in back.spans] == [(0, "ok")]
 
     # A later session appends after the torn line; both sessions read back.
@@ -237,7 +237,7 @@ async def test_a_torn_last_line_is_skipped(autojump_clock: Any, tmp_path: Path, 
         later.pulled(0, None)
         later.started(0)
         later.finished(0, ValueError())
-    first, second = read_timelines(log)
+    first, second = Timeline.read(log)
     assert [span.outcome for span in first.spans] == ["ok"]
     assert [span.outcome for span in second.spans] == ["error"]
 
@@ -249,15 +249,15 @@ def test_a_broken_line_inside_a_session_is_an_error(tmp_path: Path) -> None:
         '["s",0,0.0,0.0,0,null]\nnot json\n["f",0,1.0,0]\n'
     )
     with pytest.raises(ValueError, match="line 3"):
-        read_timelines(log)
+        Timeline.read(log)
 
 
 def test_other_files_are_refused(tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text('{"traceEvents": []}')
     with pytest.raises(ValueError, match="not a sluicegate Chrome trace"):
-        read_timelines(tmp_path / "other.json")
+        Timeline.read(tmp_path / "other.json")
     with pytest.raises(FileNotFoundError, match=r"no trace\.json or trace\.jsonl"):
-        read_timelines(tmp_path)
+        Timeline.read(tmp_path)
 
 
 async def test_recording_writes_the_log_and_the_trace_even_on_failure(
@@ -267,7 +267,7 @@ async def test_recording_writes_the_log_and_the_trace_even_on_failure(
         await scripted(timeline)
         raise KeyError("the stream failed")
     assert (tmp_path / TRACE_LOG).is_file()
-    (back,) = read_timelines(tmp_path / TRACE)
+    (back,) = Timeline.read(tmp_path / TRACE)
     assert back.spans == timeline.spans
 
 
@@ -288,7 +288,7 @@ async def test_a_resumed_run_keeps_every_session(autojump_clock: Any, tmp_path: 
     assert runs == [(1, 1e6), (2, 2e6)]
     processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert processes == {1: "sluicegate session 1", 2: "sluicegate session 2"}
-    assert len(read_timelines(tmp_path / TRACE)) == 2
+    assert len(Timeline.read(tmp_path / TRACE)) == 2
 
 
 def test_recording_refuses_an_unwritable_directory_before_running(tmp_path: Path) -> None:
@@ -321,10 +321,10 @@ async def test_errored_marks_a_returned_run_as_an_error(
         timeline.errored(0, ValueError("rollout failed"))  # after it
     expected = [("error", "ValueError"), ("ok", None), ("error", "TimeoutError")]
     assert [(span.outcome, span.error) for span in timeline.spans] == expected
-    (from_log,) = read_timelines(log)
+    (from_log,) = Timeline.read(log)
     assert from_log.spans == timeline.spans
     timeline.write_chrome_trace(tmp_path / "t.json")
-    (from_chrome,) = read_timelines(tmp_path / "t.json")
+    (from_chrome,) = Timeline.read(tmp_path / "t.json")
     assert from_chrome.spans == timeline.spans
 
 
@@ -338,4 +338,4 @@ async def test_a_malformed_chrome_trace_is_refused(autojump_clock: Any, tmp_path
             del event["args"]["index"]
     (tmp_path / "t.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="malformed event"):
-        read_timelines(tmp_path / "t.json")
+        Timeline.read(tmp_path / "t.json")

@@ -10,7 +10,7 @@ times on trio's clock, relative to its first event.
 Given a ``log`` path it also appends every start and finish to an event log,
 written with one ``write()`` each, so a run killed at any instant (SIGKILL
 included) leaves on disk every run that started, and which of them finished.
-:func:`read_timelines` rebuilds timelines from that log or from a Chrome
+:meth:`Timeline.read` rebuilds timelines from that log or from a Chrome
 trace, and :func:`recording` is the few lines a command needs to keep both
 ``trace.jsonl`` and ``trace.json`` in a run directory. See docs/observe.md.
 """
@@ -40,7 +40,6 @@ __all__ = [
     "Outcome",
     "Span",
     "Timeline",
-    "read_timelines",
     "recording",
     "trace_files",
     "write_atomically",
@@ -113,6 +112,7 @@ class Mark:
     time: float
 
 
+@final
 class Timeline:
     """A recorder of one stream's runs: pass it as ``trace=`` to the runner.
 
@@ -134,7 +134,7 @@ class Timeline:
             is logged and the item left unlabelled: recording never fails
             the stream.
         log: A file to append every start, finish and instant to, as it
-            happens, one flushed line each (see :func:`read_timelines`).
+            happens, one flushed line each (see :meth:`Timeline.read`).
             Call :meth:`close` (or use the timeline as a context manager)
             to close it.
     """
@@ -449,8 +449,48 @@ class Timeline:
                 flight.append((time, count))
         return flight
 
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> list[Timeline]:
+        """Rebuild the timelines (one per session) of a log, a Chrome trace or a run directory.
+
+        A directory is read through its ``trace.jsonl`` when it has one (it holds
+        what a killed run left behind), else its ``trace.json``. A torn last line
+        of a log (a kill in the middle of a write) is skipped.
+
+        Raises:
+            FileNotFoundError: the path, or any trace in the directory, is missing.
+            ValueError: the file is not a sluicegate trace or event log.
+        """
+        path = Path(path)
+        if path.is_dir():
+            chrome, log = trace_files(path)
+            if log.is_file():
+                return _read_log(log)
+            if chrome.is_file():
+                return _read_chrome(chrome)
+            raise FileNotFoundError(
+                f"{path} holds no {TRACE} or {TRACE_LOG}: record the run with a Timeline "
+                f"(eval --trace, campaign run --trace)"
+            )
+        with path.open("rb") as file:
+            head = file.read(64)
+        if head.startswith(b'{"sluicegate_trace"'):
+            return _read_log(path)
+        return _read_chrome(path)
+
     def write_chrome_trace(self, path: str | os.PathLike[str]) -> None:
-        """Write this timeline as a Chrome trace (see :func:`write_chrome_trace`)."""
+        """Write this timeline as a Chrome trace: what Perfetto and ``chrome://tracing`` open.
+
+        Each run is a ``"ph": "X"`` event on the row (``tid``) of its slot,
+        with ``ts`` and ``dur`` in microseconds and ``args`` holding its
+        index, label, outcome, error type and pull time; ``"M"`` events name
+        and order the rows; a ``"C"`` counter tracks the runs in flight and
+        ``"i"`` instants mark the drain, the failure and the close. The file
+        is replaced atomically.
+
+        Raises:
+            OSError: if the file cannot be written.
+        """
         write_chrome_trace(path, [self])
 
     def __repr__(self) -> str:
@@ -613,16 +653,10 @@ def _chrome_events(timelines: Sequence[Timeline]) -> _ChromeTrace:
 
 
 def write_chrome_trace(path: str | os.PathLike[str], timelines: Sequence[Timeline]) -> None:
-    """Write ``timelines`` to ``path`` in the Chrome Trace Event format.
+    """Write ``timelines`` as one Chrome trace (see :meth:`Timeline.write_chrome_trace`).
 
-    Perfetto (https://ui.perfetto.dev) and ``chrome://tracing`` open the
-    file. Each run is a ``"ph": "X"`` event on the row (``tid``) of its slot,
-    with ``ts`` and ``dur`` in microseconds and ``args`` holding its index,
-    label, outcome, error type and pull time; ``"M"`` events name and order
-    the rows; a ``"C"`` counter tracks the runs in flight and ``"i"``
-    instants mark the drain, the failure and the close. Several timelines
-    (the sessions of a resumed run) become processes of their own. The file
-    is replaced atomically.
+    Several timelines (the sessions of a resumed run) become processes of
+    their own, placed on one time axis by their wall-clock start.
 
     Raises:
         OSError: if the file cannot be written.
@@ -655,35 +689,6 @@ def write_atomically(path: Path, text: str) -> None:
 def trace_files(directory: Path) -> tuple[Path, Path]:
     """``(trace.json, trace.jsonl)`` of a run directory."""
     return directory / TRACE, directory / TRACE_LOG
-
-
-def read_timelines(path: str | os.PathLike[str]) -> list[Timeline]:
-    """Rebuild the timelines (one per session) of a log, a Chrome trace or a run directory.
-
-    A directory is read through its ``trace.jsonl`` when it has one (it holds
-    what a killed run left behind), else its ``trace.json``. A torn last line
-    of a log (a kill in the middle of a write) is skipped.
-
-    Raises:
-        FileNotFoundError: the path, or any trace in the directory, is missing.
-        ValueError: the file is not a sluicegate trace or event log.
-    """
-    path = Path(path)
-    if path.is_dir():
-        chrome, log = trace_files(path)
-        if log.is_file():
-            return _read_log(log)
-        if chrome.is_file():
-            return _read_chrome(chrome)
-        raise FileNotFoundError(
-            f"{path} holds no {TRACE} or {TRACE_LOG}: record the run with a Timeline "
-            f"(eval --trace, campaign run --trace)"
-        )
-    with path.open("rb") as file:
-        head = file.read(64)
-    if head.startswith(b'{"sluicegate_trace"'):
-        return _read_log(path)
-    return _read_chrome(path)
 
 
 def _read_log(path: Path) -> list[Timeline]:

@@ -8,7 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .._trace import TRACE, TRACE_LOG, Span, Timeline, read_timelines, write_chrome_trace
+from .._trace import TRACE, TRACE_LOG, Span, Timeline, write_chrome_trace
 
 __all__ = ["register"]
 
@@ -115,7 +115,7 @@ def _printable(text: str | None) -> str:
 def _trace(args: argparse.Namespace) -> int:
     path = Path(args.path)
     try:
-        timelines = read_timelines(path)
+        timelines = Timeline.read(path)
     except (OSError, ValueError) as exc:
         return _fail(_reason(exc, path))
     if path.is_dir() and not (path / TRACE).exists():

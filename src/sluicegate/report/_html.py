@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from .. import __version__
-from .._trace import Timeline, read_timelines, write_atomically
+from .._trace import Timeline, write_atomically
 from ._layout import COLOURS, MARKS
 from ._run import Rollout, RunView, read_run
 from ._svg import histograms_svg, timeline_svg
@@ -323,7 +323,7 @@ def _table(run: RunView) -> str:
 
 def _read_trace(directory: Path) -> tuple[list[Timeline] | None, str | None]:
     try:
-        return read_timelines(directory), None
+        return Timeline.read(directory), None
     except FileNotFoundError:
         return None, (
             "No trace in this directory: run with --trace (or pass a Timeline as trace=) "

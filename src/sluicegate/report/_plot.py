@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._trace import Timeline, read_timelines
+from .._trace import Timeline
 from ._layout import COLOURS, MARKS, flight_columns, place
 from ._run import RunView, read_run
 
@@ -57,7 +57,7 @@ def plot(path: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
     """
     plt = _pyplot()
     path, output = Path(path), Path(output)
-    timelines = read_timelines(path)
+    timelines = Timeline.read(path)
     run = read_run(path) if path.is_dir() else None
     scores = run.score_series() if run is not None else {}
     figure = plt.figure(figsize=(12 if scores else 10, 5.5), layout="constrained")
