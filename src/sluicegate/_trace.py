@@ -454,8 +454,9 @@ class Timeline:
         """Rebuild the timelines (one per session) of a log, a Chrome trace or a run directory.
 
         A directory is read through its ``trace.jsonl`` when it has one (it holds
-        what a killed run left behind), else its ``trace.json``. A torn last line
-        of a log (a kill in the middle of a write) is skipped.
+        what a killed run left behind), else its ``trace.json``; a file ending
+        in ``.jsonl`` or starting like one is an event log. A torn last line
+        of a log's session (a kill in the middle of a write) is skipped.
 
         Raises:
             FileNotFoundError: the path, or any trace in the directory, is missing.
@@ -474,7 +475,7 @@ class Timeline:
             )
         with path.open("rb") as file:
             head = file.read(64)
-        if head.startswith(b'{"sluicegate_trace"'):
+        if path.suffix == ".jsonl" or head.startswith(b'{"sluicegate_trace"'):
             return _read_log(path)
         return _read_chrome(path)
 
@@ -719,6 +720,10 @@ def _read_log(path: Path) -> list[Timeline]:
                 f"{path} line {number} is not a sluicegate trace event: {exc}"
             ) from None
     if not timelines:
+        if not any(raw.strip() for raw in lines):
+            # A stream that never pulled anything: recording() made the file,
+            # and the first event never came to write the header.
+            return [Timeline()]
         raise ValueError(f"{path} is not a sluicegate event log (no header line)")
     return timelines
 
