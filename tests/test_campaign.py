@@ -30,7 +30,7 @@ from sluicegate.campaign import (
     run_campaign,
 )
 from sluicegate.campaign._freeze import JobCodeError, check_job_function
-from sluicegate.campaign._scheduler import _locked
+from sluicegate.campaign._outdir import locked
 
 D = Decimal
 FAKE_JOB = Path(__file__).parent / "campaign_jobs" / "fakejob.py"
@@ -118,7 +118,8 @@ class Env:
     def write_plan(self, candidates: list[dict[str, Any]], **fields: Any) -> Path:
         plan: dict[str, Any] = {
             "name": "camp",
-            "target": 10,
+            # As many as there are candidates: a larger one warns.
+            "target": len(candidates),
             "max_parallel": 2,
             "max_spend": "50",
             "job": "fakejob:run",
@@ -134,6 +135,11 @@ class Env:
         return await run_campaign(
             self.plan_path, self.out, self.ledger_path, observer=watch, drain_poll_interval=0.02
         )
+
+    def scope(self, *below: str) -> tuple[str, ...]:
+        """The campaign's ledger scope (its name and the id in campaign.json), and below."""
+        manifest = json.loads((self.out / "campaign.json").read_text())
+        return (manifest["plan"]["name"], manifest["id"], *below)
 
     def runs(self) -> list[str]:
         path = Path(self.path("runs.log"))
@@ -193,7 +199,7 @@ async def test_class_limit_holds_while_a_later_cpu_candidate_starts(env: Env) ->
             {"key": "c2", "options": {"gate": gate}},
         ],
         max_parallel=3,
-        class_limits={"gpu": 1},
+        class_limits={"gpu": 1, "cpu": 2},
     )
     watch = Watch()
     async with trio.open_nursery() as nursery:
@@ -276,7 +282,7 @@ async def test_an_overrun_blocks_later_dispatch(env: Env) -> None:
     assert report.row("a").cost == D("7")
     assert statuses(report) == {"a": "verified", "b": "pending"}
     assert report.stop_reason == "budget_exhausted"
-    assert env.ledger.usage(("camp",)).remaining == D("-1")
+    assert env.ledger.usage(env.scope()).remaining == D("-1")
 
 
 async def test_uncertain_keeps_its_hold_stops_dispatch_until_reconciled(env: Env) -> None:
@@ -323,7 +329,7 @@ async def test_open_stage_reservations_or_a_raising_job(env: Env) -> None:
     assert "left 1 stage reservation(s) open" in (report.row("a").reason or "")
     assert "boom" in (report.row("b").reason or "")
     assert "RuntimeError: boom" in (env.out / "jobs" / "b" / "stderr.log").read_text()
-    assert env.ledger.usage(("camp", "a")).uncertain == D("1.5")
+    assert env.ledger.usage(env.scope("a")).uncertain == D("1.5")
 
 
 async def test_drain_lets_running_jobs_finish_and_sticks(env: Env) -> None:
@@ -344,7 +350,7 @@ async def test_drain_lets_running_jobs_finish_and_sticks(env: Env) -> None:
     again = await env.run()
     assert again.stop_reason == "drained" and again.pending == ("c", "d")
     (env.out / "drain-request.json").unlink()
-    assert (await env.run()).stop_reason == "panel_exhausted"
+    assert (await env.run()).stop_reason == "target_reached"
 
 
 _CONTROLLER = """
@@ -387,7 +393,7 @@ async def test_resume_after_the_controller_is_killed(env: Env) -> None:
     assert statuses(report) == {"a": "verified", "b": "uncertain", "c": "pending"}
     assert "controller stopped" in (report.row("b").reason or "")
     assert report.stop_reason == "reconciliation_required"
-    states = {r.scope[1]: r.state for r in env.ledger.reservations(("camp",))}
+    states = {r.scope[-1]: r.state for r in env.ledger.reservations(env.scope())}
     assert states == {"a": "settled", "b": "uncertain"}
     assert sorted(env.runs()) == ["a", "b"]  # nothing ran twice, nothing new started
 
@@ -398,9 +404,6 @@ async def test_resume_after_the_controller_is_killed(env: Env) -> None:
     assert sorted(env.runs()) == ["a", "b", "c"]
 
 
-@pytest.mark.xfail(
-    reason="issue 14 item 2: the ledger knows a campaign only by its name", strict=True
-)
 async def test_two_directories_with_one_plan_name_record_every_cost(env: Env) -> None:
     # Measured before the fix: the jobs really spent 5 against a cap of 3, and
     # the ledger showed 3 (directory B settled A's live holds at 0).
@@ -466,8 +469,8 @@ async def test_a_reservation_made_just_before_a_crash_is_released(env: Env) -> N
     assert (await env.run()).stop_reason == "target_reached"
     # As if a controller reserved for b and died before recording it: no
     # child can have started, since the report is written before any launch.
-    orphan = env.ledger.reserve(("camp", "b"), D("2"), note="dispatch")
-    stage = env.ledger.reserve(("camp", "a", "x"), D("1"), note="stage x")
+    orphan = env.ledger.reserve(env.scope("b"), D("2"), note="dispatch")
+    stage = env.ledger.reserve(env.scope("a", "x"), D("1"), note="stage x")
     assert (await env.run()).pending == ("b",)
     states = {r.id: (r.state, r.actual) for r in env.ledger.reservations(("camp",))}
     assert states[orphan] == ("settled", D(0))
@@ -495,7 +498,7 @@ async def test_an_earlier_report_counts_as_prior(env: Env) -> None:
 async def test_one_controller_per_directory(env: Env) -> None:
     env.write_plan([{"key": "a"}])
     env.out.mkdir()
-    with _locked(env.out), pytest.raises(CampaignLocked):
+    with locked(env.out), pytest.raises(CampaignLocked):
         await env.run()
     assert not (env.out / "report.json").exists()
 

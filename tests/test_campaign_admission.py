@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,6 +41,8 @@ class Spec:
 
 class FakeChild:
     """Stands in for a child process: 'runs' the job during wait()."""
+
+    pid = 1  # never signalled: terminate() and kill() only record
 
     def __init__(self, request: JobRequest, spec: Spec, runs: list[str]) -> None:
         self.returncode: int | None = None
@@ -85,6 +88,7 @@ specs = st.builds(
 )
 
 
+@pytest.mark.filterwarnings("ignore:target .* cannot be reached")
 @settings(
     max_examples=20,
     deadline=None,
@@ -105,7 +109,9 @@ def test_admission_keeps_every_rule(
     reports: list[Report] = []
     runs: list[str] = []
 
-    async def spawn(command: list[str], cwd: Path, stdout: int, stderr: int) -> FakeChild:
+    async def spawn(
+        command: list[str], cwd: Path, stdout: int, stderr: int, lock: int
+    ) -> FakeChild:
         request = load_json(command[-1], JobRequest)
         return FakeChild(request, by_key[request.key], runs)
 
@@ -118,7 +124,7 @@ def test_admission_keeps_every_rule(
             "name": "camp",
             "target": target,
             "max_parallel": max_parallel,
-            "class_limits": {"gpu": gpu_limit},
+            "class_limits": {"gpu": gpu_limit, "cpu": 3},
             "max_spend": str(max(cap, max(s.reservation for s in panel))),
             "job": "fakejob:run",
             "job_path": "src",

@@ -14,9 +14,8 @@ import pytest
 import trio
 from rich.console import Console
 
-from sluicegate.campaign import read_report
-from sluicegate.campaign._scheduler import DRAIN_POLL_S
-from sluicegate.campaign._view import LiveView, render
+from sluicegate.campaign import LiveView, read_report, render
+from sluicegate.campaign._outdir import DRAIN_POLL_S
 from sluicegate.cli import main
 from test_campaign import PATIENCE_S, Env, wait_for_files
 
@@ -48,7 +47,7 @@ def test_run_status_reconcile(env: Env, capsys: pytest.CaptureFixture[str]) -> N
 
     assert main(["campaign", "status", str(env.out)]) == 0
     out = capsys.readouterr().out
-    assert "verified 1/10" in out and "no controller is running" in out
+    assert "verified 1/3" in out and "no controller is running" in out
     assert main(["campaign", "status", str(env.out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stop_reason"] == "reconciliation_required"
 
@@ -216,9 +215,9 @@ def test_render_and_live_view(env: Env) -> None:
     with LiveView(console) as view:
         view(report)
     shown = console.file.getvalue()  # type: ignore[attr-defined]
-    assert "verified 1/10" in shown
+    assert "verified 1/1" in shown
     plain = Console(file=io.StringIO(), width=200)
     plain.print(render(report, rows=True))
     text = plain.file.getvalue()  # type: ignore[attr-defined]
-    assert "gpu 0/2" in text and "cap 50.00" in text and "panel_exhausted" in text
+    assert "gpu 0/2" in text and "cap 50.00" in text and "target_reached" in text
     assert "a" in text.split("\n")[2]
