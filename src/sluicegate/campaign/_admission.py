@@ -96,6 +96,10 @@ class Admission:
     async def candidates(self) -> AsyncGenerator[Candidate, None]:
         """Yield candidates as they become admissible, each with its reservation made."""
         while True:
+            if self.drain.requested:
+                # The runner pulls no more after a drain; a pull already under
+                # way ends here rather than reserving again.
+                return
             self.end_reason = self._ended()
             if self.end_reason is not None:
                 return
