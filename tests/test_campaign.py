@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import json
 import os
@@ -187,6 +188,33 @@ async def test_async_jobs_and_bad_outcomes(env: Env) -> None:
     assert statuses(report) == {"a": "verified", "b": "blocked"}
     assert report.row("a").reason == "async"
     assert "cost must be a non-negative Decimal" in (report.row("b").reason or "")
+
+
+async def test_a_cost_the_ledger_cannot_record_blocks_that_job_and_the_campaign_goes_on(
+    env: Env,
+) -> None:
+    gate = env.path("gate")
+    env.write_plan(
+        [
+            {"key": "big", "reservation": "2", "options": {"cost": "1e20", "gate": gate}},
+            {"key": "ok", "options": {"cost": "0.5", "gate": gate}},
+            {"key": "later", "options": {"cost": "0.25"}},
+        ],
+        max_parallel=2,
+    )
+    watch = Watch()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(env.run, watch)
+        await watch.until(lambda r: r.running == 2)  # both hold a reservation
+        env.open_gate("gate")
+    report = watch.reports[-1]
+    assert statuses(report) == {"big": "blocked", "ok": "verified", "later": "verified"}
+    big = report.row("big")
+    assert "the ledger cannot record" in (big.reason or "") and "1E+20" in (big.reason or "")
+    assert big.cost == D("2")  # held to its dispatch reservation
+    assert report.stop_reason == "panel_exhausted"
+    assert report.spent == D("2.75") and report.held == 0
+    assert (await env.run()).rows == report.rows  # a rerun reads it again, calmly
 
 
 async def test_class_limit_holds_while_a_later_cpu_candidate_starts(env: Env) -> None:
@@ -513,6 +541,39 @@ async def test_missing_ledger_and_bad_plan_fail_before_any_work(env: Env) -> Non
     assert any("plan.target" in p for p in info.value.problems)
     assert any("plan.candidates[0].reservation" in p for p in info.value.problems)
     assert not env.out.exists()
+
+
+@pytest.mark.parametrize("job", ["nosuchpackage:run", "fakejob.missing:run", "fakejob:nofunc"])
+async def test_a_missing_job_is_refused_leaving_nothing_behind(env: Env, job: str) -> None:
+    env.write_plan([{"key": "a"}], job=job)
+    with pytest.raises(CampaignError, match=job.split(":")[0].split(".")[-1]):
+        await env.run()
+    assert not env.out.exists()
+    assert env.ledger.scopes()[1:] == []  # nor any ledger scope
+
+
+async def test_an_unreachable_target_warns_at_start(env: Env) -> None:
+    env.write_plan([{"key": "a"}, {"key": "b"}], target=5)
+    with pytest.warns(UserWarning, match=r"target 5 cannot be reached: .* 2 distinct key"):
+        report = await env.run()
+    assert report.verified == 2 and report.stop_reason == "panel_exhausted"
+
+
+def test_the_campaign_example_uses_only_public_names() -> None:
+    examples = Path(__file__).resolve().parent.parent / "examples" / "campaign"
+    for path in sorted(examples.glob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name.startswith("sluicegate"):
+                    private = [part for part in name.split(".") if part.startswith("_")]
+                    assert not private, f"{path.name} imports {name}"
 
 
 async def test_child_logs_are_private(env: Env) -> None:

@@ -238,17 +238,19 @@ class _Campaign:
                 row = attrs.evolve(row, status="blocked", cost=Decimal(0), reason=reason)
                 await self.record(attrs.evolve(row, finished=now()))
             return
-        missing = f"the child exited with status {exit_code} and wrote no result"
-        if not ended:
+        if ended:
+            missing = f"the child exited with status {exit_code} and wrote no result"
+            if isinstance(child, AdoptedChild):
+                missing = "the child adopted on resume ended without a result"
+        else:
             # We are being cancelled: ask the child to stop, then insist.
             try:
                 exit_code = await stop(child)
-                missing = f"the child was stopped (status {exit_code}) before it wrote a result"
             except ProcessLookupError as exc:
                 await self.settle(row, None, missing=f"it was left running: {exc}", exit_code=None)
                 return
-        if isinstance(child, AdoptedChild):
-            missing = "the child adopted on resume ended without a result"
+            status = "" if exit_code is None else f" (status {exit_code})"
+            missing = f"the child was stopped{status} before it wrote a result"
         result, problem = self.outdir.job(key).read_result(key)
         await self.settle(row, result, missing=problem or missing, exit_code=exit_code)
 
