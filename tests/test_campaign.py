@@ -31,6 +31,7 @@ from sluicegate.campaign import (
     run_campaign,
 )
 from sluicegate.campaign._freeze import JobCodeError, check_job_function
+from sluicegate.campaign._launch import child_alive
 from sluicegate.campaign._outdir import locked
 
 D = Decimal
@@ -53,6 +54,14 @@ async def wait_for_files(*paths: str | Path) -> None:
     with trio.fail_after(PATIENCE_S):
         # Another process makes them, so there is no trio event to wait on.
         while not _all_exist(paths):  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
+async def wait_for_gone(lock: Path) -> None:
+    """Wait until no process holds a child's ``lock`` (it has died); fail after PATIENCE_S."""
+    with trio.fail_after(PATIENCE_S):
+        # A signalled process dies in its own time, and is not our child.
+        while child_alive(lock):  # noqa: ASYNC110
             await trio.sleep(0.01)
 
 
@@ -416,6 +425,7 @@ async def test_resume_after_the_controller_is_killed(env: Env) -> None:
     env.open_gate("gate-a")
     await wait_for_files(env.out / "jobs" / "a" / "result.json")
     os.kill(int(_read(env.path("started-b"))), signal.SIGKILL)
+    await wait_for_gone(env.out / "jobs" / "b" / "child.lock")
 
     report = await env.run()
     assert statuses(report) == {"a": "verified", "b": "uncertain", "c": "pending"}

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import sys
 from types import TracebackType
-from typing import TextIO
-
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, TextIO
 
 from ._ledger import format_money
 from ._report import Report
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+# rich is imported where it is used: every job's child process imports this
+# package, and none of them draws anything.
 
 __all__ = ["LiveView", "PlainView", "render"]
 
@@ -49,6 +50,10 @@ def render(report: Report, *, rows: bool = False, controller: bool = True) -> Re
             by one that was stopped (a second signal, a kill): it is shown as
             ``interrupted``, not ``running``.
     """
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     if report.stop_reason is not None:
         state: str = report.stop_reason
     elif not controller:
@@ -88,6 +93,8 @@ class LiveView:
     """
 
     def __init__(self, console: Console | None = None) -> None:
+        from rich.live import Live
+
         # Redrawn on each report, so no refresh thread is needed.
         self._live = Live(console=console, auto_refresh=False)
 
