@@ -208,6 +208,7 @@ async def test_a_cost_the_ledger_cannot_record_blocks_that_job_and_the_campaign_
             {"key": "big", "reservation": "2", "options": {"cost": "1e20", "gate": gate}},
             {"key": "ok", "options": {"cost": "0.5", "gate": gate}},
             {"key": "later", "options": {"cost": "0.25"}},
+            {"key": "stage", "options": {"stages": [["build", "1e20", "0"]]}},
         ],
         max_parallel=2,
     )
@@ -217,7 +218,13 @@ async def test_a_cost_the_ledger_cannot_record_blocks_that_job_and_the_campaign_
         await watch.until(lambda r: r.running == 2)  # both hold a reservation
         env.open_gate("gate")
     report = watch.reports[-1]
-    assert statuses(report) == {"big": "blocked", "ok": "verified", "later": "verified"}
+    assert statuses(report) == {
+        "big": "blocked",
+        "ok": "verified",
+        "later": "verified",
+        "stage": "blocked",
+    }
+    assert "AmountTooLarge" in (report.row("stage").reason or "")
     big = report.row("big")
     assert "the ledger cannot record" in (big.reason or "") and "1E+20" in (big.reason or "")
     assert big.cost == D("2")  # held to its dispatch reservation
@@ -397,29 +404,34 @@ trio.run(run_campaign, sys.argv[1], sys.argv[2], sys.argv[3])
 """
 
 
-async def test_resume_after_the_controller_is_killed(env: Env) -> None:
-    runs = env.path("runs.log")
-    env.write_plan(
-        [
-            {
-                "key": k,
-                "options": {
-                    "runs": runs,
-                    "gate": env.path(f"gate-{k}"),
-                    "started": env.path(f"started-{k}"),
-                },
-            }
-            for k in "abc"
-        ],
-        max_parallel=2,
+def gated(env: Env, key: str, **options: object) -> dict[str, object]:
+    """A candidate that logs its run, says it started, and waits at its own gate."""
+    options.update(
+        runs=env.path("runs.log"),
+        gate=env.path(f"gate-{key}"),
+        started=env.path(f"started-{key}"),
     )
+    return {"key": key, "options": options}
+
+
+async def kill_controller_once_running(env: Env, *keys: str) -> None:
+    """Start a controller in a process and SIGKILL it once ``keys`` run with a pid."""
     args = [str(env.plan_path), str(env.out), str(env.ledger_path)]
     controller = await trio.lowlevel.open_process([sys.executable, "-c", _CONTROLLER, *args])
     try:
-        await wait_for_files(env.path("started-a"), env.path("started-b"))
+        await wait_for_files(*(env.path(f"started-{k}") for k in keys))
+        with trio.fail_after(PATIENCE_S):
+            # The report names each child's pid soon after its launch.
+            while any(read_report(env.out).row(k).pid is None for k in keys):  # noqa: ASYNC110
+                await trio.sleep(0.01)
     finally:
         controller.kill()
         await controller.wait()
+
+
+async def test_resume_after_the_controller_is_killed(env: Env) -> None:
+    env.write_plan([gated(env, k) for k in "abc"], max_parallel=2)
+    await kill_controller_once_running(env, "a", "b")
     assert statuses(read_report(env.out)) == {"a": "running", "b": "running", "c": "pending"}
     # Child a finishes on its own after the controller died; child b dies without a result.
     env.open_gate("gate-a")
@@ -447,30 +459,13 @@ async def test_two_directories_with_one_plan_name_record_every_cost(env: Env) ->
     # the ledger showed 3 (directory B settled A's live holds at 0).
     runs = env.path("runs.log")
     env.write_plan(
-        [
-            {
-                "key": k,
-                "options": {
-                    "runs": runs,
-                    "cost": "1",
-                    "gate": env.path(f"gate-{k}"),
-                    "started": env.path(f"started-{k}"),
-                },
-            }
-            for k in "ab"
-        ]
+        [gated(env, k, cost="1") for k in "ab"]
         + [{"key": k, "options": {"runs": runs, "cost": "1"}} for k in "cde"],
         max_spend="3",
         max_parallel=2,
     )
     out_a, out_b = env.out, env.root / "out-b"
-    args = [str(env.plan_path), str(out_a), str(env.ledger_path)]
-    controller = await trio.lowlevel.open_process([sys.executable, "-c", _CONTROLLER, *args])
-    try:
-        await wait_for_files(env.path("started-a"), env.path("started-b"))
-    finally:
-        controller.kill()
-        await controller.wait()
+    await kill_controller_once_running(env, "a", "b")
     env.open_gate("gate-a")
     env.open_gate("gate-b")
     await wait_for_files(out_a / "jobs" / "a" / "result.json", out_a / "jobs" / "b" / "result.json")

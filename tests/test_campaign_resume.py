@@ -27,7 +27,15 @@ from sluicegate.campaign._job import JobResult
 from sluicegate.campaign._launch import child_alive
 from sluicegate.campaign._outdir import current_controller
 from sluicegate.campaign._report import Controller
-from test_campaign import _CONTROLLER, PATIENCE_S, Env, Watch, _read, statuses, wait_for_files
+from test_campaign import (
+    PATIENCE_S,
+    Env,
+    Watch,
+    _read,
+    gated,
+    kill_controller_once_running,
+    statuses,
+)
 
 D = Decimal
 
@@ -86,30 +94,10 @@ async def test_a_directory_holding_someone_elses_code_is_refused(env: Env) -> No
         await env.run()
 
 
-async def _kill_controller_once_running(env: Env, *keys: str) -> None:
-    """Start a controller in a process and SIGKILL it once ``keys`` run with a pid."""
-    args = [str(env.plan_path), str(env.out), str(env.ledger_path)]
-    controller = await trio.lowlevel.open_process([sys.executable, "-c", _CONTROLLER, *args])
-    try:
-        await wait_for_files(*(env.path(f"started-{k}") for k in keys))
-        with trio.fail_after(PATIENCE_S):
-            # The report names each child's pid soon after its launch.
-            while any(read_report(env.out).row(k).pid is None for k in keys):  # noqa: ASYNC110
-                await trio.sleep(0.01)
-    finally:
-        controller.kill()
-        await controller.wait()
-
-
-def _gated(env: Env, key: str) -> dict[str, object]:
-    options = {"runs": env.path("runs.log"), "gate": env.path(f"gate-{key}")}
-    return {"key": key, "options": {**options, "started": env.path(f"started-{key}")}}
-
-
 async def test_a_child_that_outlives_its_controller_is_adopted_and_waited_for(env: Env) -> None:
     b = {"key": "b", "options": {"runs": env.path("runs.log")}}
-    env.write_plan([_gated(env, "a"), b], max_parallel=1)
-    await _kill_controller_once_running(env, "a")
+    env.write_plan([gated(env, "a"), b], max_parallel=1)
+    await kill_controller_once_running(env, "a")
     pid = int(_read(env.path("started-a")))
     watch = Watch()
     async with trio.open_nursery() as nursery:
@@ -128,8 +116,8 @@ async def test_a_child_that_outlives_its_controller_is_adopted_and_waited_for(en
 
 
 async def test_stopping_a_resumed_controller_stops_its_adopted_child(env: Env) -> None:
-    env.write_plan([_gated(env, "a")])
-    await _kill_controller_once_running(env, "a")
+    env.write_plan([gated(env, "a")])
+    await kill_controller_once_running(env, "a")
     watch = Watch()
     with trio.fail_after(PATIENCE_S):
         with trio.CancelScope() as scope:

@@ -67,6 +67,8 @@ def test_amounts_beyond_sqlite_integers_are_refused_before_anything_is_written(
     with pytest.raises(AmountTooLarge):
         ledger.raise_limit(D("1e14"), "more")
     ledger.open_scope(["c"], None)
+    with pytest.raises(AmountTooLarge):
+        ledger.reserve(["c", "stage"], D("1e20"))
     a = ledger.reserve(["c", "a"], D("1"))
     b = ledger.reserve(["c", "b"], D("1"))
     with pytest.raises(AmountTooLarge):

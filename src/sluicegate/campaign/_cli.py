@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Any, TextIO
+from typing import Any
 
 from ._convert import CampaignFileError
 from ._ledger import Ledger, LedgerError, amount_problem, format_money, scope_name
@@ -136,17 +136,6 @@ _RECONCILE_STATUS = 3
 _DISPLAYS = ("rich", "plain", "none")
 
 
-def _show_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: TextIO | None = None,
-    line: str | None = None,
-) -> None:
-    print(f"sluicegate campaign: warning: {message}", file=sys.stderr)
-
-
 def _campaign_run(args: argparse.Namespace) -> int:
     import functools
     import signal
@@ -205,7 +194,10 @@ def _campaign_run(args: argparse.Namespace) -> int:
         return None
 
     with warnings.catch_warnings():
-        warnings.showwarning = _show_warning
+        # The message, not the line of sluicegate that issued it.
+        warnings.showwarning = lambda message, *_: print(
+            f"sluicegate campaign: warning: {message}", file=sys.stderr
+        )
         report = trio.run(main)
     if refused:
         return _error(refused[0])

@@ -232,39 +232,27 @@ def locate_job(plan: Plan, plan_dir: Path) -> JobCode:
     return JobCode(source, code_hash)
 
 
-@attrs.frozen
 class JobFiles:
-    """The files of one candidate's job under ``OUTDIR/jobs/KEY``."""
+    """The files of one candidate's job under ``OUTDIR/jobs/KEY``.
 
-    dir: Path
+    Attributes:
+        dir: ``OUTDIR/jobs/KEY``.
+        work: The job's own work directory, kept after it ends.
+        request: What the child is asked to run.
+        result: What the child wrote when its job ended.
+        stdout, stderr: The child's output (mode 0600).
+        lock: Locked for as long as the child (or a process that inherited
+            the lock from it) lives.
+    """
 
-    @property
-    def work(self) -> Path:
-        """The job's own work directory, kept after it ends."""
-        return self.dir / "work"
-
-    @property
-    def request(self) -> Path:
-        """What the child is asked to run."""
-        return self.dir / "request.json"
-
-    @property
-    def result(self) -> Path:
-        """What the child wrote when its job ended."""
-        return self.dir / "result.json"
-
-    @property
-    def stdout(self) -> Path:
-        return self.dir / "stdout.log"
-
-    @property
-    def stderr(self) -> Path:
-        return self.dir / "stderr.log"
-
-    @property
-    def lock(self) -> Path:
-        """Locked for as long as the child (or anything inheriting the lock) lives."""
-        return self.dir / "child.lock"
+    def __init__(self, dir: Path) -> None:
+        self.dir = dir
+        self.work = dir / "work"
+        self.request = dir / "request.json"
+        self.result = dir / "result.json"
+        self.stdout = dir / "stdout.log"
+        self.stderr = dir / "stderr.log"
+        self.lock = dir / "child.lock"
 
     def read_result(self, key: str) -> tuple[JobResult | None, str | None]:
         """The child's result, or None and why there is none."""
