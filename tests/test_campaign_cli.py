@@ -49,6 +49,7 @@ def test_run_status_reconcile(env: Env, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["campaign", "status", str(env.out)]) == 0
     out = capsys.readouterr().out
     assert "verified 1/3" in out and "no controller is running" in out
+    assert f"ledger scope {'/'.join(env.scope())}" in " ".join(out.split())
     assert main(["campaign", "status", str(env.out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stop_reason"] == "reconciliation_required"
 

@@ -146,6 +146,7 @@ def _campaign_run(args: argparse.Namespace) -> int:
 
     from .._runner import Drain
     from ..service import drain_on_signals
+    from ._launch import TERMINATE_GRACE_S
     from ._outdir import CampaignError
     from ._report import Report
     from ._scheduler import run_campaign
@@ -158,7 +159,8 @@ def _campaign_run(args: argparse.Namespace) -> int:
         if count == 1:
             what = "draining; running jobs finish (signal again to stop them now)"
         elif count == 2:
-            what = "stopping the running jobs (SIGTERM, then SIGKILL after 5 s)"
+            grace = f"{TERMINATE_GRACE_S:g} s"
+            what = f"stopping the running jobs (SIGTERM, then SIGKILL after {grace})"
         else:
             what = "already stopping; waiting for the running jobs to end"
         print(f"sluicegate: {sig.name}: {what}", file=sys.stderr, flush=True)

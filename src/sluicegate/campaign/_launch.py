@@ -26,6 +26,7 @@ from ._job import JobRequest
 from ._outdir import JobFiles, posix_fcntl
 
 __all__ = [
+    "TERMINATE_GRACE_S",
     "AdoptedChild",
     "Child",
     "Spawn",
