@@ -138,13 +138,14 @@ _DISPLAYS = ("rich", "plain", "none")
 
 def _campaign_run(args: argparse.Namespace) -> int:
     import functools
+    import logging
     import signal
-    import warnings
 
     import trio
     from rich.console import Console
 
     from .._runner import Drain
+    from .._terminal import messages
     from ..service import drain_on_signals
     from ._launch import TERMINATE_GRACE_S
     from ._outdir import CampaignError
@@ -195,11 +196,8 @@ def _campaign_run(args: argparse.Namespace) -> int:
                     refused.append(exc)
         return None
 
-    with warnings.catch_warnings():
-        # The message, not the line of sluicegate that issued it.
-        warnings.showwarning = lambda message, *_: print(
-            f"sluicegate campaign: warning: {message}", file=sys.stderr
-        )
+    # The campaign says what a signal does itself (on_signal above).
+    with messages("sluicegate campaign", level=logging.ERROR):
         report = trio.run(main)
     if refused:
         return _error(refused[0])
