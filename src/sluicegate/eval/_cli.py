@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import logging
 import sys
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import trio
 
+from .._terminal import messages
 from ._config import EVERY_SCORE, UsageError
 from ._display import DISPLAYS
 from ._log import read_run_record
@@ -215,52 +212,9 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _show_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: TextIO | None = None,
-    line: str | None = None,
-) -> None:
-    # A user reading a terminal wants the message, not the line of sluicegate
-    # that issued it.
-    print(f"sluicegate eval: warning: {message}", file=sys.stderr)
-
-
-class _ToStderr(logging.Handler):
-    """Writes to whatever ``sys.stderr`` is at the time, so a live display can
-    redirect it above its progress bar."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        # A closed stderr must not turn a message into a failure of the run.
-        with suppress(OSError, ValueError):
-            print(self.format(record), file=sys.stderr, flush=True)
-
-
-@contextmanager
-def _messages() -> Iterator[None]:
-    """Show the library's log messages and warnings on stderr, one line each."""
-    logger = logging.getLogger("sluicegate")
-    handler = _ToStderr()
-    handler.setFormatter(logging.Formatter("sluicegate eval: %(message)s"))
-    level, propagate = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    try:
-        with warnings.catch_warnings():
-            warnings.showwarning = _show_warning
-            yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        logger.propagate = propagate
-
-
 def handle(args: argparse.Namespace) -> int:
     """Run ``sluicegate eval`` for parsed ``args``; returns the exit status."""
-    with _messages():
+    with messages("sluicegate eval"):
         try:
             settings = arguments(args)
             report = trio.run(functools.partial(evaluate, **settings, signals=True))
