@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from .._terminal import messages
 from .._trace import TRACE, TRACE_LOG, Span, Timeline, write_chrome_trace
 
 __all__ = ["register"]
@@ -64,8 +65,8 @@ def register(commands: Any) -> None:
     trace.set_defaults(handler=_trace)
 
 
-def _fail(message: str) -> int:
-    print(f"sluicegate: {message}", file=sys.stderr)
+def _fail(command: str, message: str) -> int:
+    print(f"sluicegate {command}: error: {message}", file=sys.stderr)
     return EXIT_USAGE
 
 
@@ -77,12 +78,13 @@ def _plot(args: argparse.Namespace) -> int:
         output = Path(args.output)
     else:
         output = (path if path.is_dir() else path.parent) / "timeline.png"
-    try:
-        written = plot(path, output)
-    except PlotUnavailable as exc:
-        return _fail(str(exc))
-    except (OSError, ValueError) as exc:
-        return _fail(_reason(exc, path))
+    with messages("sluicegate plot"):
+        try:
+            written = plot(path, output)
+        except PlotUnavailable as exc:
+            return _fail("plot", str(exc))
+        except (OSError, ValueError) as exc:
+            return _fail("plot", _reason(exc, path))
     print(f"wrote {written}")
     return 0
 
@@ -90,10 +92,11 @@ def _plot(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from ._html import write_report
 
-    try:
-        written = write_report(args.directory, args.output)
-    except (OSError, ValueError) as exc:
-        return _fail(_reason(exc, Path(args.directory)))
+    with messages("sluicegate report"):
+        try:
+            written = write_report(args.directory, args.output)
+        except (OSError, ValueError) as exc:
+            return _fail("report", _reason(exc, Path(args.directory)))
     print(f"wrote {written}")
     return 0
 
@@ -114,16 +117,20 @@ def _printable(text: str | None) -> str:
 
 def _trace(args: argparse.Namespace) -> int:
     path = Path(args.path)
-    try:
-        timelines = Timeline.read(path)
-    except (OSError, ValueError) as exc:
-        return _fail(_reason(exc, path))
+    with messages("sluicegate trace"):
+        try:
+            timelines = Timeline.read(path)
+        except (OSError, ValueError) as exc:
+            return _fail("trace", _reason(exc, path))
     if path.is_dir() and not (path / TRACE).exists():
         try:
             write_chrome_trace(path / TRACE, timelines)
             print(f"wrote {path / TRACE} from {path / TRACE_LOG}")
         except OSError as exc:
-            print(f"sluicegate: could not write {path / TRACE}: {exc.strerror}", file=sys.stderr)
+            print(
+                f"sluicegate trace: could not write {path / TRACE}: {exc.strerror}",
+                file=sys.stderr,
+            )
     if args.anomalies:
         return _list_unfinished(timelines)
     for number, timeline in enumerate(timelines, 1):
