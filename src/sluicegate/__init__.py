@@ -8,6 +8,7 @@ from ._dynamic import SampleSource, enqueue
 from ._runner import Done, Drain, open_stream, run_stream
 from ._take import take
 from ._taskset import FeedTaskset, Task, Taskset
+from ._trace import Timeline
 
 __version__ = "0.1.0"
 
@@ -18,6 +19,7 @@ __all__ = [
     "SampleSource",
     "Task",
     "Taskset",
+    "Timeline",
     "enqueue",
     "open_stream",
     "run_stream",

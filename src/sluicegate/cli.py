@@ -28,6 +28,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser for ``argv`` (default ``sys.argv[1:]``), which says what to import."""
     from ._demo import register as register_demo
     from .eval import _cli as eval_cli
+    from .report import _cli as report_cli
 
     parser = argparse.ArgumentParser(
         prog="sluicegate",
@@ -45,6 +46,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     else:
         for name, text in _POSIX_COMMANDS.items():
             commands.add_parser(name, help=text)
+    report_cli.register(commands)
     return parser
 
 
