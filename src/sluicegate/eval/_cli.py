@@ -135,6 +135,12 @@ def register(commands: Any) -> None:
         choices=DISPLAYS,
         help="progress display (default: rich on a terminal, plain otherwise)",
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="record the run's timeline: DIR/trace.jsonl as it runs, DIR/trace.json at the end "
+        "(see sluicegate plot, report and trace)",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -184,11 +190,15 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         "min_score": None if args.min_score is None else _min_score(args.min_score),
     }
     display = args.display or ("rich" if sys.stdout.isatty() else "plain")
+    if args.trace:
+        display_and_trace: dict[str, Any] = {"display": display, "trace": True}
+    else:
+        display_and_trace = {"display": display}
     if args.resume is None:
         if args.target is None:
             raise UsageError("TARGET is required (it may be left out only with --resume DIR)")
         settings = {key: value for key, value in given.items() if value is not None}
-        return {"env": args.target, "output_dir": args.output, "display": display, **settings}
+        return {"env": args.target, "output_dir": args.output, **display_and_trace, **settings}
     if args.output is not None and Path(args.output) != Path(args.resume):
         raise UsageError("-o and --resume name different directories; --resume is enough")
     try:
@@ -207,7 +217,7 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         "env": args.target,
         "output_dir": args.resume,
         "resume": True,
-        "display": display,
+        **display_and_trace,
         **settings,
     }
 
