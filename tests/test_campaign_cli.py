@@ -364,3 +364,23 @@ def test_help_and_eval_work_without_fcntl(env: Env, argv: list[str], expected: i
         assert "campaign imported: False" in done.stderr
     if argv == ["--help"]:
         assert "campaign" in done.stdout and "ledger" in done.stdout
+
+
+def test_trace_records_each_job_with_how_it_ended(env: Env) -> None:
+    env.write_plan(
+        [
+            {"key": "a"},
+            {"key": "b", "options": {"status": "blocked", "reason": "no"}},
+            {"key": "c"},
+        ],
+        max_parallel=2,
+    )
+    assert run(env, "--display", "none", "--trace") == 0
+    events = json.loads((env.out / "trace.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    jobs = {e["args"]["label"]: e for e in events if e["ph"] == "X"}
+    assert sorted(jobs) == ["a", "b", "c"]
+    assert jobs["a"]["args"]["outcome"] == jobs["c"]["args"]["outcome"] == "ok"
+    assert jobs["b"]["args"]["outcome"] == "error"
+    assert jobs["b"]["args"]["error"] == "blocked"
+    assert {e["tid"] for e in jobs.values()} <= {0, 1}

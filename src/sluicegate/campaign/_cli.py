@@ -177,6 +177,7 @@ def _campaign_run(args: argparse.Namespace) -> int:
             args.ledger,
             drain=drain,
             allow_upgrade=args.allow_upgrade,
+            trace=args.trace,
         )
         if display == "rich":
             with LiveView(console) as view:
@@ -310,6 +311,12 @@ def _register_campaign(commands: Any, help: str) -> None:
         "--allow-upgrade",
         action="store_true",
         help="continue a campaign started by another sluicegate version or source",
+    )
+    run.add_argument(
+        "--trace",
+        action="store_true",
+        help="record the jobs' timeline: OUTDIR/trace.jsonl as they run, OUTDIR/trace.json "
+        "at the end (see sluicegate plot, report and trace)",
     )
     run.set_defaults(handler=_campaign_run)
 

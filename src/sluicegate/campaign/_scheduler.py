@@ -29,6 +29,7 @@ import attrs
 import trio
 
 from .._runner import Drain, run_stream
+from .._trace import Timeline, recording
 from ._admission import Admission
 from ._job import JobRequest, JobResult, OutcomeStatus
 from ._launch import (
@@ -68,10 +69,19 @@ Observer = Callable[[Report], None]
 
 @attrs.frozen
 class _Dispatch:
-    """An item of the campaign's source: a candidate to launch, or a child to adopt."""
+    """An item of the campaign's source: a candidate to launch, or a child to adopt.
+
+    ``index`` is its place in pull order, which is the runner's index for it,
+    so a timeline can be told how the job really ended.
+    """
 
     candidate: Candidate
+    index: int
     adopted: AdoptedChild | None = None
+
+
+def _job_label(dispatch: _Dispatch) -> str:
+    return dispatch.candidate.key
 
 
 class _Campaign:
@@ -87,8 +97,11 @@ class _Campaign:
         observer: Observer | None,
         spawn: Spawn,
         drain: Drain,
+        trace: bool = False,
     ) -> None:
         self.outdir = outdir
+        self.trace = trace
+        self.timeline: Timeline | None = None
         self.plan = plan
         self.panel = panel
         self.accounts = accounts
@@ -155,7 +168,7 @@ class _Campaign:
                 # uncertain one was left running by a controller that could
                 # not stop it; its reservations stay uncertain until it ends.)
                 child = AdoptedChild(row.pid, row.process_start, files.lock)
-                adopted.append(_Dispatch(self.plan.candidate(row.key), child))
+                adopted.append(_Dispatch(self.plan.candidate(row.key), -1, child))
                 if row.status != "running":
                     self.panel.set(attrs.evolve(row, status="running", awaiting_result=False))
                 continue
@@ -171,11 +184,14 @@ class _Campaign:
 
     async def dispatches(self, adopted: list[_Dispatch]) -> AsyncIterator[_Dispatch]:
         """The source: the adopted children (already counted as running), then admissions."""
+        pulled = 0
         while adopted:
-            yield adopted.pop(0)
+            yield attrs.evolve(adopted.pop(0), index=pulled)
+            pulled += 1
         async with contextlib.aclosing(self.admission.candidates()) as candidates:
             async for candidate in candidates:
-                yield _Dispatch(candidate)
+                yield _Dispatch(candidate, pulled)
+                pulled += 1
 
     async def run_job(self, dispatch: _Dispatch) -> Row:
         """Run one dispatch to its end: launch (or adopt) a child, wait, settle."""
@@ -214,7 +230,11 @@ class _Campaign:
         finally:
             with trio.CancelScope(shield=True):
                 await self._close(key, child, launch_error, ended=ended, exit_code=exit_code)
-        return self.panel[key]
+        row = self.panel[key]
+        if self.timeline is not None and row.status != "verified":
+            # The run returned, but the job did not deliver: show it as such.
+            self.timeline.errored(dispatch.index, row.status)
+        return row
 
     async def _close(
         self,
@@ -259,13 +279,23 @@ class _Campaign:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_drain_file, drain_poll_interval)
             nursery.start_soon(self._announce_drain)
-            # The one dispatcher of the package; the window is max_parallel.
-            await run_stream(
-                self.dispatches(adopted),
-                self.run_job,
-                window=self.plan.max_parallel,
-                drain=self.drain,
+            traced = (
+                recording(self.outdir.path, label=_job_label)
+                if self.trace
+                else contextlib.nullcontext(None)
             )
+            with traced as self.timeline:
+                try:
+                    # The one dispatcher of the package; the window is max_parallel.
+                    await run_stream(
+                        self.dispatches(adopted),
+                        self.run_job,
+                        window=self.plan.max_parallel,
+                        drain=self.drain,
+                        trace=self.timeline,
+                    )
+                finally:
+                    self.timeline = None
             # Children adopted but never pulled (a drain came first) still
             # run and are counted: wait for them.
             for dispatch in adopted:
@@ -326,6 +356,7 @@ async def run_campaign(
     drain: Drain | None = None,
     drain_poll_interval: float = DRAIN_POLL_S,
     allow_upgrade: bool = False,
+    trace: bool = False,
     _spawn: Spawn = spawn_process,
 ) -> Report:
     """Run (or continue) the campaign of ``plan_path`` in ``outdir``.
@@ -350,6 +381,9 @@ async def run_campaign(
         drain_poll_interval: Seconds between looks for ``drain-request.json``.
         allow_upgrade: Continue a campaign started by another sluicegate
             version (or source), recording the new one in ``campaign.json``.
+        trace: Record the jobs' timeline: ``OUTDIR/trace.jsonl`` as they run,
+            ``OUTDIR/trace.json`` at the end (see ``sluicegate plot``); a job
+            that is not verified shows as an error with its status.
         _spawn: How a child is started; tests replace it to exercise admission
             without processes.
 
@@ -396,6 +430,7 @@ async def run_campaign(
             observer=observer,
             spawn=_spawn,
             drain=drain if drain is not None else Drain(),
+            trace=trace,
         )
         await trio.to_thread.run_sync(accounts.open_scopes)
         adopted = await campaign.recover()
