@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -48,14 +49,25 @@ async def test_evaluate_records_each_rollout_with_its_outcome(
     assert {event["tid"] for event in runs} <= {0, 1}
     for slot in {event["tid"] for event in runs}:
         spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in runs if e["tid"] == slot)
-        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))
+        assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
 
 
 def test_the_command_line_flag_writes_trace_json(tmp_path: Path) -> None:
     out = tmp_path / "run"
     status = main(
-        ["eval", "examples/arithmetic.py:env", "-n", "2", "-c", "2", "--display", "none"]
-        + ["-o", str(out), "--trace"]
+        [
+            "eval",
+            "examples/arithmetic.py:env",
+            "-n",
+            "2",
+            "-c",
+            "2",
+            "--display",
+            "none",
+            "-o",
+            str(out),
+            "--trace",
+        ]
     )
     assert status == 0
     assert len([e for e in events(out) if e["ph"] == "X"]) == 2
