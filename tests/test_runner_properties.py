@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from sluicegate import Drain, open_stream, run_stream
 from sluicegate.testing import ProbeError, Schedule, SourceError, Trace, check_trace, schedules
+from test_runner import ListRecorder
 
 Front = Literal["run_stream", "ordered", "unordered"]
 fronts = st.sampled_from(["run_stream", "ordered", "unordered"])
@@ -212,25 +213,6 @@ def test_a_run_failing_while_others_are_parked_forever_is_raised(window: int | N
     run_on_mock_clock(main)
 
 
-class Recorder:
-    """A ``trace=`` recorder that writes into the test's :class:`Trace` as well."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-
-    def pulled(self, index: int, item: object) -> None:
-        self.calls.append(("pulled", index, item))
-
-    def started(self, index: int) -> None:
-        self.calls.append(("started", index))
-
-    def finished(self, index: int, error: BaseException | None) -> None:
-        self.calls.append(("finished", index, error))
-
-    def marked(self, what: str) -> None:
-        self.calls.append(("marked", what))
-
-
 class CountingPacer:
     """A ``rate=`` pacer that hands out tokens freely, one checkpoint each, and counts them."""
 
@@ -258,7 +240,7 @@ def test_a_recorder_and_a_pacer_see_every_item_once_and_in_order(
     trace = Trace()
     source = schedule.feed(trace)
     probe = schedule.probe(trace)
-    recorder = Recorder()
+    recorder = ListRecorder()
     pacer = CountingPacer()
     drain = Drain()
     outcome: dict[str, Any] = {}
