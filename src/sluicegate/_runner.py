@@ -37,7 +37,7 @@ from collections.abc import (
 )
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Literal, Protocol, TypeVar, final, runtime_checkable
 
 import attrs
 import trio
@@ -61,6 +61,7 @@ Run = Callable[[T], Awaitable[R]]
 H = TypeVar("H", bound="_Collect[Any, Any] | _HandOver[Any, Any]")
 
 
+@final
 @attrs.frozen
 class Done(Generic[T, R]):
     """One finished run, as :func:`open_stream` hands it to the consumer.
