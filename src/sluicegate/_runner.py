@@ -348,18 +348,13 @@ class _Turn:
         self.busy = True
         return True
 
-    async def wait(self) -> None:
-        """Take the turn, waiting for it and for a free place as long as needed."""
-        state = self.state
-        limit = self.limit
-        while True:
-            if self.busy:
-                await self.queue.park()
-            elif limit is not None and state.pulled >= state.handed + limit:
-                await self.for_place.park()  # invariant 2
-            else:
-                self.busy = True
-                return
+    def wait(self) -> Awaitable[None]:
+        """Wait in the right queue after :meth:`take` said no; then try again.
+
+        Returns the parking awaitable itself, so that the wait costs the
+        pulling worker no frame of its own.
+        """
+        return (self.queue if self.busy else self.for_place).park()
 
     async def wait_alone(self) -> None:
         """Take the turn without a place: to close the source, not to pull."""
@@ -619,7 +614,7 @@ class _Dispatch(Generic[T, R]):
         """
         state = self.state
         turn = self.turn
-        if not turn.take():
+        while not turn.take():
             await turn.wait()  # invariant 2
         # A token taken from the pacer and not spent on an item that runs yet.
         token = False
