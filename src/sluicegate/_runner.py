@@ -8,9 +8,10 @@ order, fail-fast, close-out, drain and caller cancellation. A comment
 
 How it is laid out (docs/runner.md, "How it is built", says why):
 
-* :class:`_State` holds everything the tasks of one stream share, each field
-  with the invariant it serves. The objects below keep no shared state of
-  their own.
+* :class:`_State` holds the counters and flags every task of one stream
+  reads, each field with the invariant it serves. The objects below keep
+  only what is theirs (the turn its waiters, a hand-over its results), each
+  field declared once with its invariant.
 * :class:`_Turn` decides who pulls next: one task at a time, and for
   ``open_stream`` only while a window place is free. A drain cuts the pull
   in progress through it.
@@ -389,6 +390,7 @@ class _Collect(Generic[T, R]):
 
     def __init__(self, state: _State) -> None:
         self.state = state
+        # Each value at its pull index. (invariant 3)
         self.results: list[Any] = []
 
     def keep(self, index: int, item: T, value: R) -> None:
@@ -418,9 +420,15 @@ class _HandOver(Generic[T, R]):
 
     def __init__(self, state: _State) -> None:
         self.state = state
+        # Pulls may run this far ahead of the results handed over. (invariant 2)
         self.limit = state.window
+        # Whose for_place waiters a hand-over wakes; set by the dispatcher.
         self.turn: _Turn | None = None
+        # Finished runs not handed over yet, by rank: at most window of them.
+        # (invariants 2, 3)
         self.ready: dict[int, Done[T, R]] = {}
+        # Consumers waiting for the next result (one, unless the consumer
+        # shares the iterator between tasks).
         self.consumers = _Waiters()
         # The consumer freed places since it last parked (see __anext__).
         self._took = False
@@ -479,6 +487,7 @@ class _Unordered(_HandOver[T, R]):
 
     def __init__(self, state: _State) -> None:
         super().__init__(state)
+        # Runs finished so far: the rank the next finished run gets.
         self._finished = 0
 
     def keep(self, index: int, item: T, value: R) -> None:
