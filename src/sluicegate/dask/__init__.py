@@ -1,0 +1,17 @@
+"""Run the same ``run`` contract on a Dask cluster: ``open_dask(...).remote(fn)``.
+
+Needs the ``dask`` extra (``pip install 'sluicegate[dask]'``). See the
+"Scaling out" page of the docs.
+"""
+
+try:
+    import distributed as _distributed  # noqa: F401
+except ImportError as exc:  # pragma: no cover - only without the extra
+    raise ImportError(
+        "sluicegate.dask needs Dask distributed: pip install 'sluicegate[dask]'"
+    ) from exc
+
+from ._engine import RemoteCancelled
+from ._open import DaskBridge, RemoteRun, open_dask
+
+__all__ = ["DaskBridge", "RemoteCancelled", "RemoteRun", "open_dask"]

@@ -1,0 +1,161 @@
+"""Dask as an :class:`~sluicegate.dask._bridge.Engine`, and the call that runs on a worker.
+
+Everything that waits happens on the client's own event loop thread: the trio
+thread only posts to it (``Client.map`` and ``loop.add_callback`` do not
+block), and one small asyncio task per future waits there for the result and
+hands it to the bridge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, final
+
+import outcome
+import trio
+from dask.utils import funcname
+from distributed import Client, Future
+from distributed.protocol.pickle import dumps
+
+from ._bridge import Done
+
+__all__ = ["DaskEngine", "RemoteCancelled", "RemoteCall"]
+
+logger = logging.getLogger("sluicegate")
+
+R = TypeVar("R")
+
+# What a cancelled Dask future raises: concurrent.futures' error in current
+# releases; asyncio's (a BaseException) in some older ones.
+_CANCELLED = (concurrent.futures.CancelledError, asyncio.CancelledError)
+
+
+class RemoteCancelled(Exception):
+    """A run's work was cancelled on the cluster by something other than sluicegate.
+
+    Someone called ``client.cancel``, the client closed, or the cluster
+    lost the work. (When sluicegate cancels work because its run was
+    cancelled, the run raises trio's ``Cancelled`` as usual.) Dask's own
+    cancellation error, which some releases make a ``BaseException``, is
+    the ``__cause__``.
+
+    Attributes:
+        key: The Dask key of the cancelled task.
+    """
+
+    def __init__(self, message: str, key: object = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+async def _await(awaitable: Awaitable[R]) -> R:
+    return await awaitable
+
+
+@final
+class RemoteCall:
+    """``fn`` wrapped to run on a worker: what is pickled and sent.
+
+    A plain ``fn`` runs in the worker's thread pool, as any Dask task. If
+    calling ``fn`` returns a coroutine (``fn`` is an ``async def``), the
+    coroutine runs to completion under ``trio.run`` in that same worker
+    thread.
+    """
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, item: Any) -> Any:
+        result = self.fn(item)
+        if inspect.iscoroutine(result):
+            return trio.run(_await, result)
+        return result
+
+    def __reduce__(self) -> tuple[type[RemoteCall], tuple[Callable[[Any], Any]]]:
+        return (RemoteCall, (self.fn,))
+
+    def __repr__(self) -> str:
+        return f"RemoteCall({self.fn!r})"
+
+
+@final
+class DaskEngine:
+    """Submits through a :class:`distributed.Client` whose loop runs in its own thread."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._loop = client.loop
+        # asyncio keeps only weak references to tasks: hold them until done.
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    def prepare(self, fn: Callable[[Any], Any]) -> RemoteCall:
+        call = RemoteCall(fn)
+        # Dask pickles the function with every batch; fail here, once and
+        # before any item is sent, if it never can be.
+        try:
+            dumps(call)
+        except Exception as exc:
+            raise TypeError(f"{fn!r} cannot be pickled to send to the cluster: {exc}") from exc
+        return call
+
+    def submit(self, call: Any, items: Sequence[Any], done: Sequence[Done]) -> list[Future]:
+        futures = self._client.map(call, items, key=funcname(call.fn), pure=False)
+        self._loop.add_callback(self._watch, futures, done)
+        return futures
+
+    def cancel(self, handles: Sequence[Any]) -> None:
+        # On the loop thread client.cancel returns a coroutine, which the loop
+        # runs; from here it would block until the scheduler answered.
+        self._loop.add_callback(
+            self._client.cancel, list(handles), reason="sluicegate: its run was cancelled"
+        )
+
+    # -- on the client's loop thread -------------------------------------------
+
+    def _watch(self, futures: list[Future], done: Sequence[Done]) -> None:
+        for future, callback in zip(futures, done, strict=True):
+            task = asyncio.ensure_future(self._deliver(future, callback))
+            self._watchers.add(task)
+            task.add_done_callback(self._watchers.discard)
+
+    async def _deliver(self, future: Future, callback: Done) -> None:
+        key = future.key
+        try:
+            result = await _outcome(future)
+        except BaseException:
+            # This watcher itself was cancelled: the client's loop is stopping.
+            callback(outcome.Error(RemoteCancelled(f"the Dask client stopped before {key}", key)))
+            raise
+        callback(result)
+
+
+async def _outcome(future: Future) -> outcome.Outcome[Any]:
+    """The outcome of ``future``, holding no reference to it.
+
+    A remote error is returned with the worker's traceback only: the frames
+    of waiting here would keep ``future``, so its result on the cluster,
+    alive for as long as the caller keeps the exception.
+    """
+    error = await future.exception()
+    if error is not None:
+        return outcome.Error(error.with_traceback(await future.traceback()))
+    try:
+        return outcome.Value(await future.result())
+    except _CANCELLED as exc:
+        return outcome.Error(_cancelled(future, exc))
+    except Exception as exc:
+        # Fetching the result failed (a worker died with it, say).
+        return outcome.Error(exc.with_traceback(None))
+
+
+def _cancelled(future: Future, exc: BaseException) -> RemoteCancelled:
+    reason = getattr(exc, "reason", None) or "no reason given"
+    error = RemoteCancelled(f"{future.key} was cancelled on the cluster ({reason})", future.key)
+    error.__cause__ = exc.with_traceback(None)
+    return error
