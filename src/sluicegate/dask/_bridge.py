@@ -5,10 +5,14 @@ thread it lives on, when the item is finished, and the callback wakes the run
 through the :class:`trio.lowlevel.TrioToken`. No OS thread waits for any item.
 
 Submissions and cancellations made in one trio tick go out together: the
-first one in a tick schedules a flush with ``run_sync_soon``, which runs only
-after every task that was runnable alongside it has run. The engines this
-is written for charge far more per call than per item in a call (Dask: about
-200 µs per ``Client.submit`` against 16 µs per item inside one ``Client.map``).
+first one in a tick wakes a flusher task, which runs in the next tick, after
+every task that was runnable alongside the submitter has run. The engines
+this is written for charge far more per call than per item in a call (Dask:
+about 200 µs per ``Client.submit`` against 16 µs per item inside one
+``Client.map``). The flusher is woken with ``reschedule``, not
+``run_sync_soon``: the latter writes to a socket, and on the trio thread a
+system call can wait milliseconds to get the GIL back from the engine's busy
+thread.
 
 An engine only has to do three things (see :class:`Engine`): submit many,
 call back once per submitted item, cancel many. Dask is the one built
@@ -65,6 +69,11 @@ class Engine(Protocol):
         ...
 
 
+def _abort_parked(_: Any) -> trio.lowlevel.Abort:
+    # The flusher is only ever cancelled when the whole trio run ends.
+    return trio.lowlevel.Abort.SUCCEEDED
+
+
 class _State(enum.Enum):
     QUEUED = "queued"  # waiting for the flush that submits it
     SUBMITTED = "submitted"  # the engine has it
@@ -88,8 +97,9 @@ class _Slot:
 class Bridge:
     """Runs items on an :class:`Engine` from trio, batching per tick.
 
-    Create it inside the trio run that will use it; every method except
-    :meth:`_finished_elsewhere` must be called on that run's thread.
+    Create it inside the trio run that will use it, and :meth:`close` it
+    when done; every method except :meth:`_finished_elsewhere` must be
+    called on that run's thread.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -97,7 +107,12 @@ class Bridge:
         self._token = trio.lowlevel.current_trio_token()
         self._to_submit: dict[Hashable, list[_Slot]] = {}
         self._to_cancel: list[Any] = []
-        self._flush_due = False
+        # True while the flusher is not parked (it is not started yet): only
+        # a parked flusher may be rescheduled.
+        self._flush_due = True
+        self._flusher = trio.lowlevel.spawn_system_task(
+            self._flush_forever, name="sluicegate.dask flusher"
+        )
         self._live: set[_Slot] = set()
         self._closed = False
         self._arrived: collections.deque[tuple[_Slot, outcome.Outcome[Any]]] = collections.deque()
@@ -144,7 +159,10 @@ class Bridge:
         Runs still waiting (in tasks that outlived the ``open_dask`` block)
         get a :class:`RuntimeError`.
         """
+        if self._closed:
+            return
         self._closed = True
+        parked = not self._flush_due
         handles = [slot.handle for slot in self._live if slot.state is _State.SUBMITTED]
         self._to_cancel.extend(handles)
         for slot in list(self._live):
@@ -153,6 +171,10 @@ class Bridge:
                 outcome.Error(RuntimeError("the open_dask() block ended before this item finished")),
             )
         self._flush()
+        if parked:
+            # Let it see that the bridge is closed, and end.
+            self._flush_due = True
+            trio.lowlevel.reschedule(self._flusher)
 
     # -- the engine's side ----------------------------------------------------
 
@@ -185,13 +207,24 @@ class Bridge:
     # -- batching ---------------------------------------------------------------
 
     def _flush_soon(self) -> None:
-        if not self._flush_due:
+        if self._closed:
+            self._flush()
+        elif not self._flush_due:
             self._flush_due = True
-            self._token.run_sync_soon(self._flush)
+            trio.lowlevel.reschedule(self._flusher)
+
+    async def _flush_forever(self) -> None:
+        while True:
+            self._flush()
+            if self._closed:
+                return
+            # No schedule point from here to parking: whoever finds the flag
+            # false may reschedule the flusher.
+            self._flush_due = False
+            await trio.lowlevel.wait_task_rescheduled(_abort_parked)
 
     def _flush(self) -> None:
         """Send what this tick queued: cancellations first, to free room."""
-        self._flush_due = False
         if self._to_cancel:
             handles, self._to_cancel = self._to_cancel, []
             try:
