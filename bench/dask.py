@@ -89,13 +89,9 @@ def measure(client: Client, repeats: int, sleeps: int, noops: int) -> dict[str, 
         f"{sleeps} x 50 ms: sluicegate window 64": lambda: with_sluicegate(
             client, sleeper, sleeps, 64
         ),
-        f"{noops} no-ops: client.map + as_completed": lambda: with_client_map(
-            client, noop, noops
-        ),
+        f"{noops} no-ops: client.map + as_completed": lambda: with_client_map(client, noop, noops),
         f"{noops} no-ops: sluicegate window 32": lambda: with_sluicegate(client, noop, noops, 32),
-        f"{noops} no-ops: sluicegate window 128": lambda: with_sluicegate(
-            client, noop, noops, 128
-        ),
+        f"{noops} no-ops: sluicegate window 128": lambda: with_sluicegate(client, noop, noops, 128),
     }
     # Warm up: worker imports, pickling caches, connections.
     with_client_map(client, noop, 100)
@@ -118,7 +114,7 @@ def main() -> int:
 
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=4, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=4, processes=True, dashboard_address=":0"
         ) as cluster,
         Client(cluster) as client,
     ):

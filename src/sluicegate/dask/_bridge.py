@@ -22,6 +22,7 @@ call back once per submitted item, cancel many. Dask is the one built
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
 import functools
 import logging
@@ -168,7 +169,9 @@ class Bridge:
         for slot in list(self._live):
             self._wake(
                 slot,
-                outcome.Error(RuntimeError("the open_dask() block ended before this item finished")),
+                outcome.Error(
+                    RuntimeError("the open_dask() block ended before this item finished")
+                ),
             )
         self._flush()
         if parked:
@@ -191,10 +194,8 @@ class Bridge:
         # that pass, and one appended later schedules a pass of its own.
         if not self._arrival_due:
             self._arrival_due = True
-            try:
+            with contextlib.suppress(trio.RunFinishedError):  # nobody is left to wake
                 self._token.run_sync_soon(self._take_arrived)
-            except trio.RunFinishedError:
-                pass  # nobody is left to wake
 
     def _take_arrived(self) -> None:
         self._arrival_due = False
@@ -232,7 +233,9 @@ class Bridge:
             except Exception:
                 # The runs are already cancelled on our side; all that is lost
                 # is the cluster's time, and nobody is left to raise this to.
-                logger.exception("sluicegate: cancelling %d items on the cluster failed", len(handles))
+                logger.exception(
+                    "sluicegate: cancelling %d items on the cluster failed", len(handles)
+                )
         if self._to_submit:
             batches, self._to_submit = self._to_submit, {}
             for call, slots in batches.items():

@@ -19,7 +19,7 @@ import outcome
 import trio
 from dask.utils import funcname
 from distributed import Client, Future
-from distributed.protocol.pickle import dumps
+from distributed.protocol.pickle import dumps as _untyped_dumps
 
 from ._bridge import Done
 
@@ -28,6 +28,9 @@ __all__ = ["DaskEngine", "RemoteCancelled", "RemoteCall"]
 logger = logging.getLogger("sluicegate")
 
 R = TypeVar("R")
+
+# What Dask pickles a task with (pickle, then cloudpickle); Dask leaves it untyped.
+_dumps: Callable[[object], bytes] = _untyped_dumps
 
 # What a cancelled Dask future raises: concurrent.futures' error in current
 # releases; asyncio's (a BaseException) in some older ones.
@@ -77,9 +80,6 @@ class RemoteCall:
             return trio.run(_await, result)
         return result
 
-    def __reduce__(self) -> tuple[type[RemoteCall], tuple[Callable[[Any], Any]]]:
-        return (RemoteCall, (self.fn,))
-
     def __repr__(self) -> str:
         return f"RemoteCall({self.fn!r})"
 
@@ -90,7 +90,10 @@ class DaskEngine:
 
     def __init__(self, client: Client) -> None:
         self._client = client
-        self._loop = client.loop
+        loop = client.loop
+        if loop is None:
+            raise RuntimeError(f"{client!r} has no event loop")
+        self._loop = loop
         # asyncio keeps only weak references to tasks: hold them until done.
         self._watchers: set[asyncio.Task[None]] = set()
 
@@ -99,12 +102,12 @@ class DaskEngine:
         # Dask pickles the function with every batch; fail here, once and
         # before any item is sent, if it never can be.
         try:
-            dumps(call)
+            _dumps(call)
         except Exception as exc:
             raise TypeError(f"{fn!r} cannot be pickled to send to the cluster: {exc}") from exc
         return call
 
-    def submit(self, call: Any, items: Sequence[Any], done: Sequence[Done]) -> list[Future]:
+    def submit(self, call: Any, items: Sequence[Any], done: Sequence[Done]) -> list[Future[Any]]:
         futures = self._client.map(call, items, key=funcname(call.fn), pure=False)
         self._loop.add_callback(self._watch, futures, done)
         return futures
@@ -118,13 +121,13 @@ class DaskEngine:
 
     # -- on the client's loop thread -------------------------------------------
 
-    def _watch(self, futures: list[Future], done: Sequence[Done]) -> None:
+    def _watch(self, futures: list[Future[Any]], done: Sequence[Done]) -> None:
         for future, callback in zip(futures, done, strict=True):
             task = asyncio.ensure_future(self._deliver(future, callback))
             self._watchers.add(task)
             task.add_done_callback(self._watchers.discard)
 
-    async def _deliver(self, future: Future, callback: Done) -> None:
+    async def _deliver(self, future: Future[Any], callback: Done) -> None:
         key = future.key
         try:
             result = await _outcome(future)
@@ -135,18 +138,20 @@ class DaskEngine:
         callback(result)
 
 
-async def _outcome(future: Future) -> outcome.Outcome[Any]:
+async def _outcome(future: Future[Any]) -> outcome.Outcome[Any]:
     """The outcome of ``future``, holding no reference to it.
 
     A remote error is returned with the worker's traceback only: the frames
     of waiting here would keep ``future``, so its result on the cluster,
     alive for as long as the caller keeps the exception.
     """
-    error = await future.exception()
+    # On the loop thread these methods return coroutines; Dask leaves them untyped.
+    waiting: Any = future
+    error = await waiting.exception()
     if error is not None:
-        return outcome.Error(error.with_traceback(await future.traceback()))
+        return outcome.Error(error.with_traceback(await waiting.traceback()))
     try:
-        return outcome.Value(await future.result())
+        return outcome.Value(await waiting.result())
     except _CANCELLED as exc:
         return outcome.Error(_cancelled(future, exc))
     except Exception as exc:
@@ -154,7 +159,7 @@ async def _outcome(future: Future) -> outcome.Outcome[Any]:
         return outcome.Error(exc.with_traceback(None))
 
 
-def _cancelled(future: Future, exc: BaseException) -> RemoteCancelled:
+def _cancelled(future: Future[Any], exc: BaseException) -> RemoteCancelled:
     reason = getattr(exc, "reason", None) or "no reason given"
     error = RemoteCancelled(f"{future.key} was cancelled on the cluster ({reason})", future.key)
     error.__cause__ = exc.with_traceback(None)

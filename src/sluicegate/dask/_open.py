@@ -160,34 +160,48 @@ async def open_dask(
         Exception: what starting the cluster or connecting raised.
     """
     _check(address, client, cluster_kwargs)
-    cluster: LocalCluster | None = None
-    owned = client is None
-    if client is None:
-        cluster, client = await trio.to_thread.run_sync(_connect, address, cluster_kwargs)
-    bridge = Bridge(DaskEngine(client))
+    if client is not None:
+        bridge = Bridge(DaskEngine(client))
+        try:
+            yield DaskBridge(client, bridge)
+        finally:
+            bridge.close()
+        return
+    cluster, own_client = await trio.to_thread.run_sync(_connect, address, cluster_kwargs)
+    bridge = Bridge(DaskEngine(own_client))
     try:
-        yield DaskBridge(client, bridge)
+        yield DaskBridge(own_client, bridge)
     finally:
         bridge.close()
-        if owned:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(_disconnect, client, cluster)
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(_disconnect, own_client, cluster)
 
 
-def _connect(address: str | None, cluster_kwargs: dict[str, Any]) -> tuple[LocalCluster | None, Client]:
+# distributed leaves its constructors untyped.
+_new_client: Callable[..., Client] = Client
+_new_cluster: Callable[..., LocalCluster] = LocalCluster
+
+
+def _connect(
+    address: str | None, cluster_kwargs: dict[str, Any]
+) -> tuple[LocalCluster | None, Client]:
     if address is not None:
-        return None, Client(address)
-    cluster = LocalCluster(**cluster_kwargs)
+        return None, _new_client(address)
+    cluster = _new_cluster(**cluster_kwargs)
     try:
-        return cluster, Client(cluster)
+        return cluster, _new_client(cluster)
     except BaseException:
-        cluster.close()
+        _close(cluster)
         raise
+
+
+def _close(closable: Any) -> None:
+    closable.close()
 
 
 def _disconnect(client: Client, cluster: LocalCluster | None) -> None:
     try:
-        client.close()
+        _close(client)
     finally:
         if cluster is not None:
-            cluster.close()
+            _close(cluster)
