@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -124,10 +124,15 @@ def _gate_named(name: str) -> Gate:
 
 
 @pytest.fixture
-def gates() -> Iterator[list[Gate]]:
-    """Gates made in a test; released when it ends so worker threads come free."""
+def make_gate() -> Iterator[Callable[..., Gate]]:
+    """Makes gates for a test; releases them when it ends, so worker threads come free."""
     made: list[Gate] = []
-    yield made
+
+    def make(name: str, **options: Any) -> Gate:
+        made.append(Gate(name, **options))
+        return made[-1]
+
+    yield make
     for gate in made:
         gate.released.set()
         del _GATES[gate.__name__]
@@ -195,11 +200,12 @@ async def test_a_remote_failure_is_raised_as_itself_with_the_runners_note(addres
     assert "fails_on_three" in "".join(traceback.format_exception(error))
 
 
-async def test_fail_fast_leaves_no_task_on_the_scheduler(address: str, gates: list[Gate]) -> None:
+async def test_fail_fast_leaves_no_task_on_the_scheduler(
+    address: str, make_gate: Callable[..., Gate]
+) -> None:
     # Item 0 fails once 7 others hold the other worker threads; the rest of
     # the window (24 items) is queued on the scheduler at that moment.
-    gate = Gate("fail_fast", fail=0, wait_for=7)
-    gates.append(gate)
+    gate = make_gate("fail_fast", fail=0, wait_for=7)
     async with open_dask(address) as dask:
         with pytest.raises(Flaky, match="item 0 failed") as caught:
             await run_stream(range(100), dask.remote(gate), window=32)
@@ -208,10 +214,9 @@ async def test_fail_fast_leaves_no_task_on_the_scheduler(address: str, gates: li
 
 
 async def test_caller_cancellation_leaves_no_task_on_the_scheduler(
-    address: str, gates: list[Gate]
+    address: str, make_gate: Callable[..., Gate]
 ) -> None:
-    gate = Gate("caller_cancel")
-    gates.append(gate)
+    gate = make_gate("caller_cancel")
     async with open_dask(address) as dask:
         with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:
@@ -226,10 +231,9 @@ async def test_caller_cancellation_leaves_no_task_on_the_scheduler(
 
 
 async def test_leaving_open_stream_early_cancels_on_the_scheduler(
-    address: str, gates: list[Gate]
+    address: str, make_gate: Callable[..., Gate]
 ) -> None:
-    gate = Gate("leave_early", quick=0)
-    gates.append(gate)
+    gate = make_gate("leave_early", quick=0)
     async with open_dask(address) as dask:
         async with open_stream(range(100), dask.remote(gate), window=16) as results:
             async for done in results:
@@ -240,10 +244,9 @@ async def test_leaving_open_stream_early_cancels_on_the_scheduler(
 
 
 async def test_cancellation_by_someone_else_is_an_ordinary_exception(
-    address: str, gates: list[Gate]
+    address: str, make_gate: Callable[..., Gate]
 ) -> None:
-    gate = Gate("cancelled_elsewhere")
-    gates.append(gate)
+    gate = make_gate("cancelled_elsewhere")
     async with open_dask(address) as dask:
         client = dask.client
 
@@ -297,10 +300,9 @@ async def test_a_drain_lets_the_runs_in_flight_finish(address: str) -> None:
 # -- threads -------------------------------------------------------------------------
 
 
-async def test_no_thread_per_item_in_flight(address: str, gates: list[Gate]) -> None:
-    warm = Gate("warm_up")
-    gate = Gate("threads")
-    gates.extend([warm, gate])
+async def test_no_thread_per_item_in_flight(address: str, make_gate: Callable[..., Gate]) -> None:
+    warm = make_gate("warm_up")
+    gate = make_gate("threads")
     async with open_dask(address) as dask:
         # Make every thread the cluster and trio's thread cache will use.
         async with trio.open_nursery() as nursery:
