@@ -341,6 +341,9 @@ async def test_bad_arguments_are_refused_before_anything_starts(
         with pytest.raises(TypeError, match="n_workers"):
             async with open_dask(client=client, n_workers=2):
                 pass
+    with pytest.raises(ValueError, match="closed"):
+        async with open_dask(client=client):
+            pass
     with pytest.raises(TypeError, match="n_workers"):
         async with open_dask(address, n_workers=2):
             pass

@@ -32,8 +32,9 @@ R = TypeVar("R")
 # What Dask pickles a task with (pickle, then cloudpickle); Dask leaves it untyped.
 _dumps: Callable[[object], bytes] = _untyped_dumps
 
-# What a cancelled Dask future raises: concurrent.futures' error in current
-# releases; asyncio's (a BaseException) in some older ones.
+# What a cancelled Dask future raises. In distributed 2026.8 it is a subclass of
+# concurrent.futures.CancelledError (an Exception); asyncio's, a BaseException
+# that would slip past the runner, is caught too, whichever a release uses.
 _CANCELLED = (concurrent.futures.CancelledError, asyncio.CancelledError)
 
 
@@ -43,8 +44,9 @@ class RemoteCancelled(Exception):
     Someone called ``client.cancel``, the client closed, or the cluster
     lost the work. (When sluicegate cancels work because its run was
     cancelled, the run raises trio's ``Cancelled`` as usual.) Dask's own
-    cancellation error, which some releases make a ``BaseException``, is
-    the ``__cause__``.
+    cancellation error is the ``__cause__``; whatever its base class in a
+    given Dask release, this one is an ordinary ``Exception``, which the
+    runner's fail-fast and a ``Retry`` handle like any other.
 
     Attributes:
         key: The Dask key of the cancelled task.
@@ -131,10 +133,13 @@ class DaskEngine:
         key = future.key
         try:
             result = await _outcome(future)
-        except BaseException:
+        except asyncio.CancelledError:
             # This watcher itself was cancelled: the client's loop is stopping.
             callback(outcome.Error(RemoteCancelled(f"the Dask client stopped before {key}", key)))
             raise
+        except Exception as exc:
+            # Whatever went wrong, the run must not wait forever.
+            result = outcome.Error(exc.with_traceback(None))
         callback(result)
 
 

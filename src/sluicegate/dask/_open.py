@@ -115,6 +115,8 @@ def _check(address: object, client: object, cluster_kwargs: dict[str, Any]) -> N
         raise TypeError(f"address must be a scheduler address string, not {address!r}")
     if client is not None and not isinstance(client, Client):
         raise TypeError(f"client must be a distributed.Client, not {client!r}")
+    if isinstance(client, Client) and client.status in ("closing", "closed"):
+        raise ValueError(f"{client!r} is {client.status}")
     if cluster_kwargs and (address is not None or client is not None):
         names = ", ".join(sorted(cluster_kwargs))
         raise TypeError(
@@ -153,7 +155,8 @@ async def open_dask(
         A :class:`DaskBridge`: ``.client`` and ``.remote(fn)``.
 
     Raises:
-        ValueError: if both ``address`` and ``client`` are given.
+        ValueError: if both ``address`` and ``client`` are given, or
+            ``client`` is closed.
         TypeError: for an ``address`` that is not a string, a ``client`` that
             is not a ``distributed.Client``, or ``cluster_kwargs`` alongside
             either. All checked before anything is started.
