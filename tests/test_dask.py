@@ -297,6 +297,40 @@ async def test_a_drain_lets_the_runs_in_flight_finish(address: str) -> None:
         await wait_scheduler_clear(dask.client, "double")
 
 
+# -- batching ------------------------------------------------------------------------
+
+
+async def test_calls_made_in_one_tick_go_out_as_one_map_and_one_cancel(
+    address: str, make_gate: Callable[..., Gate], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = make_gate("batching")
+    async with open_dask(address) as dask:
+        client = dask.client
+        maps: list[int] = []
+        cancels: list[int] = []
+        real_map, real_cancel = client.map, client.cancel
+
+        def counting_map(fn: Any, items: list[int], **kwargs: Any) -> Any:
+            maps.append(len(items))
+            return real_map(fn, items, **kwargs)
+
+        def counting_cancel(futures: list[Future], **kwargs: Any) -> Any:
+            cancels.append(len(futures))
+            return real_cancel(futures, **kwargs)
+
+        monkeypatch.setattr(client, "map", counting_map)
+        monkeypatch.setattr(client, "cancel", counting_cancel)
+        run = dask.remote(gate)
+        async with trio.open_nursery() as nursery:
+            for item in range(12):
+                nursery.start_soon(run, item)  # all start in the same tick
+            await wait_on_scheduler(client, gate.__name__, 12)
+            nursery.cancel_scope.cancel()
+        await wait_scheduler_clear(client, gate.__name__)
+    assert maps == [12]
+    assert cancels == [12]
+
+
 # -- threads -------------------------------------------------------------------------
 
 
