@@ -3,10 +3,12 @@
 The public names live in small private modules and are re-exported here.
 """
 
+from . import _util
 from ._dynamic import SampleSource, enqueue
 from ._runner import Done, Drain, open_stream, run_stream
 from ._take import take
 from ._taskset import FeedTaskset, Task, Taskset
+from ._trace import Timeline
 
 __version__ = "0.1.0"
 
@@ -17,8 +19,11 @@ __all__ = [
     "SampleSource",
     "Task",
     "Taskset",
+    "Timeline",
     "enqueue",
     "open_stream",
     "run_stream",
     "take",
 ]
+
+_util.fixup_module_metadata(__name__, globals())

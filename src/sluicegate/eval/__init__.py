@@ -9,9 +9,12 @@
 thin command line. See ``docs/eval.md``.
 """
 
+from .. import _util
 from ._report import EvalReport
 from ._rollout import current_rollout
 from ._run import evaluate
 from ._target import Environment
 
 __all__ = ["Environment", "EvalReport", "current_rollout", "evaluate"]
+
+_util.fixup_module_metadata(__name__, globals())

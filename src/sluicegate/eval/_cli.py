@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import logging
 import sys
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import trio
 
+from .._terminal import messages
 from ._config import EVERY_SCORE, UsageError
 from ._display import DISPLAYS
 from ._log import read_run_record
@@ -138,6 +135,12 @@ def register(commands: Any) -> None:
         choices=DISPLAYS,
         help="progress display (default: rich on a terminal, plain otherwise)",
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="record the run's timeline: DIR/trace.jsonl as it runs, DIR/trace.json at the end "
+        "(see sluicegate plot, report and trace)",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -187,11 +190,15 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         "min_score": None if args.min_score is None else _min_score(args.min_score),
     }
     display = args.display or ("rich" if sys.stdout.isatty() else "plain")
+    if args.trace:
+        display_and_trace: dict[str, Any] = {"display": display, "trace": True}
+    else:
+        display_and_trace = {"display": display}
     if args.resume is None:
         if args.target is None:
             raise UsageError("TARGET is required (it may be left out only with --resume DIR)")
         settings = {key: value for key, value in given.items() if value is not None}
-        return {"env": args.target, "output_dir": args.output, "display": display, **settings}
+        return {"env": args.target, "output_dir": args.output, **display_and_trace, **settings}
     if args.output is not None and Path(args.output) != Path(args.resume):
         raise UsageError("-o and --resume name different directories; --resume is enough")
     try:
@@ -210,57 +217,14 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         "env": args.target,
         "output_dir": args.resume,
         "resume": True,
-        "display": display,
+        **display_and_trace,
         **settings,
     }
 
 
-def _show_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: TextIO | None = None,
-    line: str | None = None,
-) -> None:
-    # A user reading a terminal wants the message, not the line of sluicegate
-    # that issued it.
-    print(f"sluicegate eval: warning: {message}", file=sys.stderr)
-
-
-class _ToStderr(logging.Handler):
-    """Writes to whatever ``sys.stderr`` is at the time, so a live display can
-    redirect it above its progress bar."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        # A closed stderr must not turn a message into a failure of the run.
-        with suppress(OSError, ValueError):
-            print(self.format(record), file=sys.stderr, flush=True)
-
-
-@contextmanager
-def _messages() -> Iterator[None]:
-    """Show the library's log messages and warnings on stderr, one line each."""
-    logger = logging.getLogger("sluicegate")
-    handler = _ToStderr()
-    handler.setFormatter(logging.Formatter("sluicegate eval: %(message)s"))
-    level, propagate = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    try:
-        with warnings.catch_warnings():
-            warnings.showwarning = _show_warning
-            yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        logger.propagate = propagate
-
-
 def handle(args: argparse.Namespace) -> int:
     """Run ``sluicegate eval`` for parsed ``args``; returns the exit status."""
-    with _messages():
+    with messages("sluicegate eval"):
         try:
             settings = arguments(args)
             report = trio.run(functools.partial(evaluate, **settings, signals=True))

@@ -11,6 +11,7 @@ a slow disk holds back new rollouts rather than piling rows up in memory.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
@@ -18,12 +19,13 @@ from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import trio
 
 from .._runner import Drain, Recorder, open_stream
+from .._trace import Timeline, recording
 from .._util import sole_exception
 from ..service import drain_on_signals
 from ..service._signals import DEFAULT_SIGNALS
@@ -38,7 +40,7 @@ from ._log import (
     read_results,
     read_run_record,
 )
-from ._plan import DuplicateTaskId, Kind, Source, check, kind_of, plan
+from ._plan import DuplicateTaskId, Kind, Slot, Source, check, kind_of, plan
 from ._records import Row, RunRecord, StopReason
 from ._report import EvalReport, begin, budget_text, end
 from ._rollout import Rollouts
@@ -162,6 +164,10 @@ async def _serving(env: Parts) -> AsyncIterator[None]:
             yield
 
 
+def _slot_label(item: object) -> str | None:
+    return f"{item.task_id} #{item.rollout}" if isinstance(item, Slot) else None
+
+
 def _name_error(row: Row, tally: Tally) -> None:
     if tally.errors <= FIRST_ERRORS:
         tried = f" after {row.attempts} attempts" if row.attempts > 1 else ""
@@ -201,6 +207,8 @@ async def _run_slots(
                 log.write(row)
                 tally.add(row)
                 if row.status == "error":
+                    if isinstance(trace, Timeline) and row.error is not None:
+                        trace.errored(done.index, row.error.type)
                     _name_error(row, tally)
                     if budget.crossed(tally.errors, None if tally.growing else tally.planned):
                         raise _ErrorBudgetCrossed
@@ -277,7 +285,7 @@ async def evaluate(
     display: str = "none",
     drain: Drain | None = None,
     signals: bool = False,
-    trace: Recorder | None = None,
+    trace: Recorder | Literal[True] | None = None,
 ) -> EvalReport:
     """Evaluate ``env``: run its tasks' rollouts, record every one, and judge the run.
 
@@ -368,8 +376,13 @@ async def evaluate(
         try:
             if source is not None:
                 rollout = Rollouts(setup.parts, tally, drain, config.retry(), config.timeout)
-                with cancel:
-                    stop, error = await _run_slots(source, rollout, config, log, tally, trace)
+                traced = (
+                    recording(log.directory, label=_slot_label)
+                    if trace is True
+                    else contextlib.nullcontext(trace)
+                )
+                with cancel, traced as recorder:
+                    stop, error = await _run_slots(source, rollout, config, log, tally, recorder)
         finally:
             # Written however the session ends, a KeyboardInterrupt or an
             # outside cancellation included: run.json never stays unfinished.
