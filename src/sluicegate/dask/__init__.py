@@ -11,7 +11,10 @@ except ImportError as exc:  # pragma: no cover - only without the extra
         "sluicegate.dask needs Dask distributed: pip install 'sluicegate[dask]'"
     ) from exc
 
+from .. import _util
 from ._engine import RemoteCancelled
 from ._open import DaskBridge, RemoteRun, open_dask
 
 __all__ = ["DaskBridge", "RemoteCancelled", "RemoteRun", "open_dask"]
+
+_util.fixup_module_metadata(__name__, globals())
