@@ -4,12 +4,10 @@ Needs the ``dask`` extra (``pip install 'sluicegate[dask]'``). See the
 "Scaling out" page of the docs.
 """
 
-try:
-    import distributed as _distributed  # noqa: F401
-except ImportError as exc:  # pragma: no cover - only without the extra
-    raise ImportError(
-        "sluicegate.dask needs Dask distributed: pip install 'sluicegate[dask]'"
-    ) from exc
+import importlib.util as _importlib_util
+
+if _importlib_util.find_spec("distributed") is None:  # pragma: no cover - only without the extra
+    raise ImportError("sluicegate.dask needs Dask distributed: pip install 'sluicegate[dask]'")
 
 from .. import _util
 from ._engine import RemoteCancelled

@@ -208,9 +208,7 @@ class Bridge:
     # -- batching ---------------------------------------------------------------
 
     def _flush_soon(self) -> None:
-        if self._closed:
-            self._flush()
-        elif not self._flush_due:
+        if not self._flush_due:
             self._flush_due = True
             trio.lowlevel.reschedule(self._flusher)
 

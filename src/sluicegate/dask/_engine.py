@@ -93,8 +93,7 @@ class DaskEngine:
     def __init__(self, client: Client) -> None:
         self._client = client
         loop = client.loop
-        if loop is None:
-            raise RuntimeError(f"{client!r} has no event loop")
+        assert loop is not None, "a Client has its loop from construction on"
         self._loop = loop
         # asyncio keeps only weak references to tasks: hold them until done.
         self._watchers: set[asyncio.Task[None]] = set()
@@ -130,21 +129,11 @@ class DaskEngine:
             task.add_done_callback(self._watchers.discard)
 
     async def _deliver(self, future: Future[Any], callback: Done) -> None:
-        key = future.key
-        try:
-            result = await _outcome(future)
-        except asyncio.CancelledError:
-            # This watcher itself was cancelled: the client's loop is stopping.
-            callback(outcome.Error(RemoteCancelled(f"the Dask client stopped before {key}", key)))
-            raise
-        except Exception as exc:
-            # Whatever went wrong, the run must not wait forever.
-            result = outcome.Error(exc.with_traceback(None))
-        callback(result)
+        callback(await _outcome(future))
 
 
 async def _outcome(future: Future[Any]) -> outcome.Outcome[Any]:
-    """The outcome of ``future``, holding no reference to it.
+    """The outcome of ``future``, holding no reference to it; never raises.
 
     A remote error is returned with the worker's traceback only: the frames
     of waiting here would keep ``future``, so its result on the cluster,
@@ -152,15 +141,17 @@ async def _outcome(future: Future[Any]) -> outcome.Outcome[Any]:
     """
     # On the loop thread these methods return coroutines; Dask leaves them untyped.
     waiting: Any = future
-    error = await waiting.exception()
-    if error is not None:
-        return outcome.Error(error.with_traceback(await waiting.traceback()))
     try:
+        error = await waiting.exception()
+        if error is not None:
+            return outcome.Error(error.with_traceback(await waiting.traceback()))
         return outcome.Value(await waiting.result())
     except _CANCELLED as exc:
+        # The future was cancelled, or this watcher was (the loop is stopping).
         return outcome.Error(_cancelled(future, exc))
     except Exception as exc:
-        # Fetching the result failed (a worker died with it, say).
+        # Fetching the result failed (a worker died with it, say); the run
+        # must hear about it rather than wait forever.
         return outcome.Error(exc.with_traceback(None))
 
 

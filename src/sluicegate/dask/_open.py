@@ -28,6 +28,8 @@ class RemoteRun(Generic[T, R]):
 
     __slots__ = ("_bridge", "_call", "fn")
 
+    fn: Callable[[T], Any]
+
     def __init__(self, bridge: Bridge, call: Hashable, fn: Callable[[T], Any]) -> None:
         self._bridge = bridge
         self._call = call
