@@ -7,6 +7,15 @@ from ._dynamic import SampleSource, enqueue
 from ._runner import Done, Drain, open_stream, run_stream
 from ._take import take
 from ._taskset import FeedTaskset, Task, Taskset
+from .service import (
+    RateLimit,
+    RecordedError,
+    Retry,
+    ServedItem,
+    ServeReport,
+    drain_on_signals,
+    serve,
+)
 
 __version__ = "0.1.0"
 
@@ -14,11 +23,18 @@ __all__ = [
     "Done",
     "Drain",
     "FeedTaskset",
+    "RateLimit",
+    "RecordedError",
+    "Retry",
     "SampleSource",
+    "ServeReport",
+    "ServedItem",
     "Task",
     "Taskset",
+    "drain_on_signals",
     "enqueue",
     "open_stream",
     "run_stream",
+    "serve",
     "take",
 ]

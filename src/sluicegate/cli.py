@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ._demo import register as register_demo
     from .campaign import _cli as campaign_cli
     from .eval import _cli as eval_cli
+    from .service import _cli as service_cli
 
     parser = argparse.ArgumentParser(
         prog="sluicegate",
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_demo(commands)
     eval_cli.register(commands)
     campaign_cli.register(commands)
+    service_cli.register(commands)
     return parser
 
 

@@ -1,0 +1,336 @@
+"""Services benchmark: serve() against the hand-rolled trio loop, and retry loops.
+
+Run it with ``python bench/service.py`` (``--quick`` for a smoke-sized run).
+Every case runs in this one process and the cases take turns repeat by
+repeat, so a burst of load from elsewhere on the machine hits them alike;
+each row reports the median of the repeats and its ratio to the baseline of
+the same run.
+
+Rows and targets (issue 11):
+
+* no-op items from a trio memory channel filled beforehand (how a service
+  gets its work), window 64. ``serve()`` without a journal must do >= 2x the
+  hand-rolled baseline, and with a journal >= 1.5x (a journaled service still
+  beats the loop that journals nothing). The ``synchronous="full"`` row shows
+  what surviving a power loss costs.
+* retries: the cost of one successful call through ``attempt()`` (the loop
+  ``serve()`` and ``eval`` use), ``stamina`` and ``tenacity``, against the
+  bare call. The retry path itself is not timed: it sleeps.
+
+The exit status is 0 unless ``--check`` is given and a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+import sluicegate
+from sluicegate.service import Journal, Retry
+from sluicegate.service._retry import attempt
+
+WINDOW = 64
+
+Case = Callable[[int], Awaitable[None]]
+
+
+async def noop(item: int) -> int:
+    await trio.sleep(0)  # noqa: ASYNC115 - what user code writes
+    return item
+
+
+async def agen(n: int) -> AsyncIterator[int]:
+    for i in range(n):
+        yield i
+
+
+def filled_channel(n: int) -> trio.MemoryReceiveChannel[int]:
+    send, receive = trio.open_memory_channel[int](n)
+    for i in range(n):
+        send.send_nowait(i)
+    send.close()
+    return receive
+
+
+async def baseline(source: Any, run: Callable[[int], Awaitable[Any]], window: int) -> int:
+    """The loop most trio code starts with: a CapacityLimiter place, a pull, a task per item.
+
+    The same shape as ``bench/run.py``'s baseline (a place is taken before
+    each pull, the end-of-stream pull included); it counts results instead
+    of keeping them, as a service would.
+    """
+    limiter = trio.CapacityLimiter(window)
+    done = 0
+
+    async def one(item: int, token: object) -> None:
+        nonlocal done
+        try:
+            await run(item)
+            done += 1
+        finally:
+            limiter.release_on_behalf_of(token)
+
+    async with trio.open_nursery() as nursery:
+        while True:
+            token = object()
+            await limiter.acquire_on_behalf_of(token)
+            try:
+                item = await anext(source)
+            except StopAsyncIteration:
+                limiter.release_on_behalf_of(token)
+                break
+            nursery.start_soon(one, item, token)
+    return done
+
+
+class Journals:
+    """A fresh journal file per call, in one scratch directory."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="sluicegate-bench-")
+        self._count = 0
+
+    def next(self, synchronous: str = "normal") -> Journal:
+        self._count += 1
+        return Journal(Path(self._dir.name) / f"j{self._count}.db", synchronous=synchronous)  # type: ignore[arg-type]
+
+    def cleanup(self) -> None:
+        self._dir.cleanup()
+
+
+def make_cases(journals: Journals) -> dict[str, Case]:
+    async def c_baseline(n: int) -> None:
+        assert await baseline(agen(n), noop, WINDOW) == n
+
+    async def c_baseline_channel(n: int) -> None:
+        assert await baseline(filled_channel(n), noop, WINDOW) == n
+
+    async def c_run_stream(n: int) -> None:
+        assert len(await sluicegate.run_stream(filled_channel(n), noop, window=WINDOW)) == n
+
+    async def c_open_stream(n: int) -> None:
+        count = 0
+        async with sluicegate.open_stream(
+            filled_channel(n), noop, window=WINDOW, ordered=False
+        ) as results:
+            async for _ in results:
+                count += 1
+        assert count == n
+
+    def c_serve(**kwargs: Any) -> Case:
+        async def case(n: int) -> None:
+            extra = dict(kwargs)
+            if "journal" in extra:
+                extra["journal"] = journals.next(extra["journal"])
+            report = await sluicegate.service.serve(
+                filled_channel(n), noop, window=WINDOW, signals=(), **extra
+            )
+            assert report.ok == n, report
+
+        return case
+
+    return {
+        "baseline (nursery + CapacityLimiter)": c_baseline,
+        "baseline, memory channel source": c_baseline_channel,
+        "run_stream, memory channel": c_run_stream,
+        "open_stream(ordered=False), memory channel": c_open_stream,
+        "serve(), no journal": c_serve(),
+        "serve(), key=str, no journal": c_serve(key=str),
+        "serve(), journal": c_serve(key=str, journal="normal"),
+        'serve(), journal synchronous="full"': c_serve(key=str, journal="full"),
+    }
+
+
+# -- retries ------------------------------------------------------------------------
+
+
+async def succeed() -> int:
+    return 1
+
+
+def retry_cases() -> dict[str, Case]:
+    import stamina
+    import tenacity
+
+    policy = Retry(attempts=3, on=(ConnectionError,))
+
+    async def c_bare(n: int) -> None:
+        for _ in range(n):
+            await succeed()
+
+    async def c_attempt(n: int) -> None:
+        for _ in range(n):
+            tried = await attempt(succeed, retry=policy)
+            tried.result.unwrap()
+
+    stamina_call = stamina.retry(on=ConnectionError, attempts=3)(succeed)
+
+    async def c_stamina(n: int) -> None:
+        for _ in range(n):
+            await stamina_call()
+
+    tenacity_call = tenacity.retry(
+        retry=tenacity.retry_if_exception_type(ConnectionError),
+        stop=tenacity.stop_after_attempt(3),
+        wait=tenacity.wait_random_exponential(multiplier=0.1, max=5.0),
+        sleep=trio.sleep,
+    )(succeed)
+
+    async def c_tenacity(n: int) -> None:
+        for _ in range(n):
+            await tenacity_call()
+
+    return {
+        "bare call (no retry)": c_bare,
+        "attempt() (sluicegate)": c_attempt,
+        "stamina.retry": c_stamina,
+        "tenacity.retry": c_tenacity,
+    }
+
+
+# -- measuring ----------------------------------------------------------------------
+
+
+def time_case(case: Case, n: int) -> tuple[float, float]:
+    """Wall-clock and CPU seconds of one run of ``case`` over ``n`` items."""
+
+    async def main() -> tuple[float, float]:
+        cpu = time.process_time()
+        start = time.perf_counter()
+        await case(n)
+        return time.perf_counter() - start, time.process_time() - cpu
+
+    gc.collect()
+    return trio.run(main)
+
+
+@attrs.define
+class Row:
+    name: str
+    items: int
+    times: list[float] = attrs.Factory(list)
+    cpu: list[float] = attrs.Factory(list)
+
+    @property
+    def rate(self) -> float:
+        return self.items / statistics.median(self.times)
+
+    @property
+    def cpu_rate(self) -> float:
+        return self.items / statistics.median(self.cpu)
+
+    @property
+    def us(self) -> float:
+        return statistics.median(self.times) / self.items * 1e6
+
+    @property
+    def cpu_us(self) -> float:
+        return statistics.median(self.cpu) / self.items * 1e6
+
+
+def measure(cases: dict[str, Case], n: int, repeats: int) -> dict[str, Row]:
+    rows = {name: Row(name, n) for name in cases}
+    names = list(cases)
+    for case in cases.values():  # warm-up
+        time_case(case, min(n, 2000))
+    for rep in range(repeats):
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            wall, cpu = time_case(cases[name], n)
+            rows[name].times.append(wall)
+            rows[name].cpu.append(cpu)
+    return rows
+
+
+def print_rows(title: str, rows: dict[str, Row], base: Row, targets: dict[str, float]) -> list[str]:
+    print(f"\n{title}")
+    header = (
+        f"  {'case':<44} {'items/s':>9} {'us/item':>8} {'cpu us':>7} {'vs base':>8}"
+        f" {'cpu vs b':>8}  {'target':<8} result"
+    )
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    missed = []
+    for row in rows.values():
+        goal = targets.get(row.name)
+        verdict = ""
+        if goal is not None:
+            ok = row.rate / base.rate >= goal
+            cpu_ok = row.cpu_rate / base.cpu_rate >= goal
+            verdict = f"{'PASS' if ok else 'MISS'} (cpu {'PASS' if cpu_ok else 'MISS'})"
+            if not ok:
+                missed.append(row.name)
+        print(
+            f"  {row.name:<44} {row.rate / 1000:>8.1f}k {row.us:>8.2f} {row.cpu_us:>7.2f}"
+            f" {row.rate / base.rate:>7.2f}x {row.cpu_rate / base.cpu_rate:>7.2f}x"
+            f"  {'' if goal is None else f'>={goal:g}x':<8} {verdict}"
+        )
+    return missed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
+    parser.add_argument("--repeats", type=int, default=None, help="repeats per case (>= 3)")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument("--no-retry", action="store_true", help="skip the retry rows")
+    args = parser.parse_args(argv)
+    n, n_retry, repeats = (3_000, 3_000, 3) if args.quick else (50_000, 100_000, 5)
+    if args.repeats is not None:
+        repeats = max(3, args.repeats)
+    load = os.getloadavg()
+    print(
+        f"sluicegate {sluicegate.__version__} services bench: "
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
+        f"Python {platform.python_version()}, trio {trio.__version__}, "
+        f"{os.cpu_count()} CPUs, load {load[0]:.2f}"
+        f"{', QUICK (sizes too small for the targets to mean much)' if args.quick else ''}"
+    )
+    print(f"window {WINDOW}, median of {repeats} repeats; cpu us: CPU time per item")
+    journals = Journals()
+    try:
+        rows = measure(make_cases(journals), n, repeats)
+    finally:
+        journals.cleanup()
+    base = rows["baseline (nursery + CapacityLimiter)"]
+    missed = print_rows(
+        f"no-op items from a filled memory channel (baseline: async generator), {n:,} items",
+        rows,
+        base,
+        {"serve(), no journal": 2.0, "serve(), journal": 1.5},
+    )
+    if not args.no_retry:
+        rrows = measure(retry_cases(), n_retry, repeats)
+        print_rows(
+            f"one successful call through each retry loop, {n_retry:,} calls"
+            " (vs base: against the bare call)",
+            rrows,
+            rrows["bare call (no retry)"],
+            {},
+        )
+        bare = rrows["bare call (no retry)"]
+        print("  added cost per successful call:")
+        for name, row in rrows.items():
+            if row is not bare:
+                print(f"    {name:<28} {row.cpu_us - bare.cpu_us:6.2f} us (cpu)")
+    load = os.getloadavg()
+    print(f"\nload average at the end: {load[0]:.2f}")
+    print("MISSED: " + ", ".join(missed) if missed else "all targets met")
+    return 1 if (missed and args.check) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
