@@ -509,11 +509,15 @@ class _Service(Generic[T]):
                         nursery.start_soon(self.session.run_writer)
                     if self.ticking:
                         nursery.start_soon(self.tick, start)
+                    graced = trio.CancelScope()
+                    if self.grace is not None:
+                        nursery.start_soon(self.cut_after_grace, graced)
                     with interrupt:
                         async with drain_on_signals(
                             drain, signals=self.signals, cancel_scope=interrupt
                         ):
-                            await self.stream()
+                            with graced:
+                                await self.stream()
                     nursery.cancel_scope.cancel()
             except BaseExceptionGroup as group:
                 # The helper tasks only end by cancellation: the group holds
@@ -545,21 +549,12 @@ class _Service(Generic[T]):
             extra["rate"] = self.rate
         if self.trace is not None:
             extra["trace"] = self.trace
-        with trio.CancelScope() as graced:
-            async with trio.open_nursery() as nursery:
-                if self.grace is not None:
-                    nursery.start_soon(self.cut_after_grace, graced)
-                async with open_stream(
-                    self.source,
-                    self.wrapper(),
-                    window=self.window,
-                    ordered=False,
-                    drain=self.drain,
-                    **extra,
-                ) as results:
-                    async for _ in results:
-                        pass
-                nursery.cancel_scope.cancel()
+        async with open_stream(
+            self.source, self.wrapper(), window=self.window, ordered=False, drain=self.drain,
+            **extra,
+        ) as results:  # fmt: skip
+            async for _ in results:
+                pass
 
     async def cut_after_grace(self, graced: trio.CancelScope) -> None:
         await self.drain.wait()

@@ -44,7 +44,6 @@ class Tally:
         "failed",
         "histogram",
         "ok",
-        "pulled",
         "retried",
         "running",
         "seconds",
@@ -52,7 +51,6 @@ class Tally:
     )
 
     def __init__(self, *, histogram: bool) -> None:
-        self.pulled = 0
         self.running = 0
         self.ok = 0
         self.failed = 0
@@ -61,6 +59,11 @@ class Tally:
         self.cut = 0
         self.seconds = 0.0  # summed durations, for a Prometheus histogram's _sum
         self.histogram: list[int] | None = [0] * (len(BOUNDS) + 1) if histogram else None
+
+    @property
+    def pulled(self) -> int:
+        """Items taken from the source: every one is running, finished, skipped or cut."""
+        return self.running + self.ok + self.failed + self.skipped + self.cut
 
     def observe(self, seconds: float) -> None:
         """Count one item's duration (when a histogram is kept)."""
@@ -165,7 +168,7 @@ class Snapshots:
         return stats
 
 
-_COUNTERS = ("pulled", "running", "ok", "failed", "skipped", "retried", "cut", "seconds")
+_COUNTERS = ("running", "ok", "failed", "skipped", "retried", "cut", "seconds")
 
 
 class _Registry:
@@ -186,7 +189,7 @@ class _Registry:
             if self._live.pop(id(tally), None) is None:
                 return
             done = self._retired
-            for name in ("pulled", "ok", "failed", "skipped", "retried", "cut", "seconds"):
+            for name in ("ok", "failed", "skipped", "retried", "cut", "seconds"):
                 setattr(done, name, getattr(done, name) + getattr(tally, name))
             if tally.histogram is not None and done.histogram is not None:
                 for index, count in enumerate(tally.histogram):
