@@ -7,11 +7,12 @@ machine hits them alike, and each row reports the median of the repeats. The
 memory cases each run in a fresh subprocess so that one case's peak RSS cannot
 hide another's.
 
-Rows and targets (issue 2, section 5, and issue 4):
+Rows and targets (issue 2, section 5, issue 4 and issue 11):
 
 * no-op items: each run is ``await trio.sleep(0)``, window 64. ``run_stream``
   must do >= 3.0x the hand-rolled trio baseline and >= 8x ``aiometer.amap``;
-  ``open_stream(ordered=True)`` must do >= 2.5x the baseline.
+  ``open_stream(ordered=True)`` must do >= 2.5x the baseline; a trio memory
+  channel as the source, directly or through a ``FeedTaskset``, >= 3.0x.
 * saturated items: each run does 100 checkpoints, so the work, not the
   dispatcher, dominates; the runner must be no slower than the baseline.
 * memory: 1,000,000 items through ``open_stream`` with results discarded, and
@@ -132,6 +133,16 @@ def make_cases(run: Callable[[int], Awaitable[Any]]) -> dict[str, Case]:
         out = await sluicegate.run_stream(receive, run, window=WINDOW)
         assert len(out) == n
 
+    async def c_run_stream_feed(n: int) -> None:
+        send, receive = trio.open_memory_channel[int](n)
+        for i in range(n):
+            send.send_nowait(i)
+        send.close()
+        out = await sluicegate.run_stream(
+            sluicegate.FeedTaskset(receive).stream(), run, window=WINDOW
+        )
+        assert len(out) == n
+
     async def c_run_stream_sync(n: int) -> None:
         out = await sluicegate.run_stream(range(n), run, window=WINDOW)
         assert len(out) == n
@@ -165,6 +176,7 @@ def make_cases(run: Callable[[int], Awaitable[Any]]) -> dict[str, Case]:
         "run_stream, sync source (range)": c_run_stream_sync,
         "run_stream, drain=Drain()": c_run_stream_drain,
         "run_stream, memory channel source": c_run_stream_channel,
+        "run_stream, FeedTaskset over a channel": c_run_stream_feed,
         "open_stream(ordered=True)": c_open_stream(True),
         "open_stream(ordered=False)": c_open_stream(False),
         "aiometer.amap": c_aiometer,
@@ -431,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     check(rs, base, 3.0, "baseline")
     check(rs, aio, 8.0, "aiometer")
     check(rows["open_stream(ordered=True)"], base, 2.5, "baseline")
+    check(rows["run_stream, memory channel source"], base, 3.0, "baseline")
+    check(rows["run_stream, FeedTaskset over a channel"], base, 3.0, "baseline")
     print_table(
         f"no-op items (each run: await trio.sleep(0)), {n_noop:,} items",
         rows.values(),

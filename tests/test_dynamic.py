@@ -70,8 +70,9 @@ class Watched(SampleSource[Any, Any]):
         /,
         *,
         admitting: Callable[[], bool] | None = None,
+        drained: Callable[[], bool] | None = None,
     ) -> Any:
-        stream, wrapped = super().bind_run(run, admitting=admitting)
+        stream, wrapped = super().bind_run(run, admitting=admitting, drained=drained)
         recording = Recording(stream)
         self.bound.append(stream)
         self.recordings.append(recording)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from typing import Any
@@ -458,3 +459,486 @@ async def test_every_consumer_of_one_results_iterator_sees_the_end() -> None:
                 await trio.testing.wait_all_tasks_blocked()
                 feed.end()
     assert sorted(seen["a"] + seen["b"]) == [0]
+
+
+# -- rate= -----------------------------------------------------------------------
+
+
+class FakePacer:
+    """At most one token per ``interval`` seconds of the trio clock, taken in turn.
+
+    A cancelled ``acquire`` takes nothing; ``refund`` gives the last token back.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.next_at = -float("inf")
+        self.acquired = 0
+        self.refunded = 0
+        self.waiting = 0
+        self._lock = trio.Lock()
+
+    async def acquire(self) -> None:
+        self.waiting += 1
+        try:
+            async with self._lock:
+                await trio.sleep_until(self.next_at)
+                self.next_at = trio.current_time() + self.interval
+                self.acquired += 1
+        finally:
+            self.waiting -= 1
+
+    def refund(self) -> None:
+        self.refunded += 1
+        self.next_at -= self.interval
+
+
+class StartTimes:
+    """A run that records the trio time it started at, then sleeps ``duration``."""
+
+    def __init__(self, duration: float = 0.0) -> None:
+        self.duration = duration
+        self.times: list[float] = []
+
+    async def __call__(self, item: int) -> int:
+        self.times.append(trio.current_time())
+        await trio.sleep(self.duration)
+        return item
+
+
+def spaced(times: list[float], interval: float) -> bool:
+    ordered = sorted(times)
+    return all(b - a >= interval - 1e-9 for a, b in itertools.pairwise(ordered))
+
+
+@pytest.mark.parametrize("front", ["run_stream", "ordered", "unordered"])
+async def test_a_rate_spaces_the_starts_and_the_window_still_holds(
+    front: str, autojump_clock: Any
+) -> None:
+    pacer = FakePacer(1.0)
+    trace = Trace()
+    feed = ScriptedFeed(range(8), end=True, trace=trace)
+    probe: RunProbe[int] = RunProbe(durations=lambda item: 3.0, trace=trace)
+    starts: list[float] = []
+
+    async def run(item: int) -> int:
+        starts.append(trio.current_time())
+        return await probe(item)  # type: ignore[no-any-return]
+
+    start = trio.current_time()
+    if front == "run_stream":
+        assert await run_stream(feed, run, window=2, rate=pacer) == list(range(8))
+    else:
+        values = []
+        async with open_stream(feed, run, window=2, rate=pacer, ordered=front == "ordered") as rs:
+            async for done in rs:
+                trace.record("consume", done.index)
+                values.append(done.value)
+        assert sorted(values) == list(range(8))
+    check_trace(trace, window=2, frees_on="finish" if front == "run_stream" else "consume")
+    assert probe.peak == 2
+    assert spaced(starts, 1.0)
+    # Eight items, two places, three seconds each, the second place first
+    # filled at t=1: past the first second the window, not the rate, sets the pace.
+    assert trio.current_time() - start == pytest.approx(13.0)
+
+
+async def test_a_rate_bounds_starts_when_runs_are_quick(autojump_clock: Any) -> None:
+    pacer = FakePacer(0.5)
+    run = StartTimes()
+    start = trio.current_time()
+    assert await run_stream(range(10), run, window=8, rate=pacer) == list(range(10))
+    assert spaced(run.times, 0.5)
+    assert run.times[0] == start
+    assert trio.current_time() - start == pytest.approx(5.0)  # the end pull waits for a token too
+
+
+@pytest.mark.parametrize("sync", [True, False])
+async def test_the_end_of_stream_pull_gives_its_token_back(sync: bool) -> None:
+    pacer = FakePacer(0.0)
+    source: Any = ScriptedIter(range(3)) if sync else ScriptedFeed(range(3), end=True)
+    assert await run_stream(source, StartTimes(), window=1, rate=pacer) == [0, 1, 2]
+    assert (pacer.acquired, pacer.refunded) == (4, 1)
+
+
+async def test_a_failing_source_gives_its_token_back() -> None:
+    pacer = FakePacer(0.0)
+    feed = ScriptedFeed([0, 1], error=KeyError("boom"))
+    with pytest.raises(KeyError):
+        await run_stream(feed, StartTimes(), window=1, rate=pacer)
+    assert (pacer.acquired, pacer.refunded) == (3, 1)
+
+
+async def test_no_pull_and_no_token_once_admission_is_closed() -> None:
+    pacer = FakePacer(0.0)
+    drain = Drain()
+    drain.request()
+    assert await run_stream(range(3), StartTimes(), window=2, drain=drain, rate=pacer) == []
+    assert (pacer.acquired, pacer.refunded) == (0, 0)
+
+
+@pytest.mark.parametrize("front", ["run_stream", "ordered", "unordered"])
+async def test_a_drain_ends_the_wait_for_a_token(front: str, autojump_clock: Any) -> None:
+    pacer = FakePacer(100.0)
+    feed = ScriptedFeed(range(5), end=True)
+    drain = Drain()
+    got: list[int] = []
+
+    async def request_soon() -> None:
+        await trio.sleep(1)
+        assert pacer.waiting == 1  # the second pull is waiting for a token
+        drain.request()
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(request_soon)
+        if front == "run_stream":
+            got = await run_stream(feed, StartTimes(2.0), window=3, drain=drain, rate=pacer)
+        else:
+            async with open_stream(
+                feed, StartTimes(2.0), window=3, drain=drain, rate=pacer, ordered=front == "ordered"
+            ) as results:
+                got = [done.value async for done in results]
+    assert got == [0]
+    assert trio.current_time() - start == pytest.approx(2.0)
+    assert (pacer.acquired, pacer.refunded, pacer.waiting) == (1, 0, 0)
+    assert feed.pulls == 1 and feed.close_count == 1
+
+
+async def test_a_drain_cutting_a_pull_after_its_token_gives_the_token_back() -> None:
+    pacer = FakePacer(0.0)
+    feed: ScriptedFeed[int] = ScriptedFeed([0])  # then quiet
+    drain = Drain()
+    probe: RunProbe[int] = RunProbe()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(run_stream, feed, probe, window=2, drain=drain, rate=pacer))
+        await feed.wait_parked()
+        drain.request()
+    assert probe.finished == [0]
+    assert (pacer.acquired, pacer.refunded) == (2, 1)
+
+
+async def test_one_pacer_shared_by_two_streams_bounds_both(autojump_clock: Any) -> None:
+    pacer = FakePacer(1.0)
+    run = StartTimes(5.0)
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        for _ in range(2):
+            nursery.start_soon(partial(run_stream, range(4), run, window=4, rate=pacer))
+    assert len(run.times) == 8
+    assert spaced(run.times, 1.0)
+    # Ten tokens (eight items and two end pulls) one second apart, two of them refunded.
+    assert (pacer.acquired, pacer.refunded) == (10, 2)
+    assert trio.current_time() - start >= 7.0
+
+
+async def test_a_rate_without_acquire_and_refund_is_refused_before_the_source_is_touched() -> None:
+    feed = ScriptedFeed(range(3), end=True)
+    with pytest.raises(TypeError, match="rate must have"):
+        await run_stream(feed, StartTimes(), window=1, rate=1.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="trace must have"):
+        async with open_stream(feed, StartTimes(), window=1, trace=[]):  # type: ignore[arg-type]
+            pass
+    assert feed.pulls == 0
+
+
+# -- trace= ----------------------------------------------------------------------
+
+
+class ListRecorder:
+    """Records every call the dispatcher makes, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def pulled(self, index: int, item: object) -> None:
+        self.calls.append(("pulled", index, item))
+
+    def started(self, index: int) -> None:
+        self.calls.append(("started", index))
+
+    def finished(self, index: int, error: BaseException | None) -> None:
+        self.calls.append(("finished", index, error))
+
+    def marked(self, what: str) -> None:
+        self.calls.append(("marked", what))
+
+    def of(self, index: int) -> list[str]:
+        return [call[0] for call in self.calls if call[0] != "marked" and call[1] == index]
+
+    def marks(self) -> list[str]:
+        return [call[1] for call in self.calls if call[0] == "marked"]
+
+
+@pytest.mark.parametrize("window", [1, 3, None])
+@pytest.mark.parametrize("front", ["run_stream", "ordered", "unordered"])
+async def test_a_recorder_sees_each_pull_start_and_finish_once_in_order(
+    front: str, window: int | None, autojump_clock: Any
+) -> None:
+    recorder = ListRecorder()
+    probe: RunProbe[int] = RunProbe(durations=lambda item: item % 3)
+    items = [f"item {n}" for n in range(7)]
+
+    async def run(item: str) -> str:
+        return str(await probe(int(item.split()[1])))
+
+    if front == "run_stream":
+        await run_stream(items, run, window=window, trace=recorder)
+    else:
+        async with open_stream(items, run, window=window, trace=recorder) as results:
+            async for _ in results:
+                pass
+    for index in range(7):
+        assert recorder.of(index) == ["pulled", "started", "finished"]
+    assert [call[1:] for call in recorder.calls if call[0] == "pulled"] == list(enumerate(items))
+    assert all(call[2] is None for call in recorder.calls if call[0] == "finished")
+    assert recorder.calls[-1] == ("marked", "close")
+    assert recorder.marks() == ["close"]
+
+
+@pytest.mark.parametrize("window", [3, None])
+async def test_a_recorder_sees_the_failure_and_the_runs_it_cancelled(
+    window: int | None, autojump_clock: Any
+) -> None:
+    recorder = ListRecorder()
+    probe: RunProbe[int] = RunProbe(durations={0: 10.0, 1: 1.0, 2: 10.0}, fail={1})
+    with pytest.raises(ProbeError):
+        await run_stream(range(3), probe, window=window, trace=recorder)
+    finished = {call[1]: call[2] for call in recorder.calls if call[0] == "finished"}
+    assert isinstance(finished[1], ProbeError)
+    assert isinstance(finished[0], trio.Cancelled)
+    assert isinstance(finished[2], trio.Cancelled)
+    assert recorder.marks() == ["failure", "close"]
+    # The failing run's finish comes before the failure mark, and the cancelled
+    # runs finish after it.
+    assert recorder.calls.index(("finished", 1, finished[1])) < recorder.calls.index(
+        ("marked", "failure")
+    )
+    for index in range(3):
+        assert recorder.of(index) == ["pulled", "started", "finished"]
+
+
+@pytest.mark.parametrize("front", ["run_stream", "ordered"])
+async def test_a_recorder_sees_the_drain_and_the_item_a_cut_pull_delivered(front: str) -> None:
+    recorder = ListRecorder()
+    feed = CutFeed()
+    drain = Drain()
+    probe: RunProbe[int] = RunProbe(gated=True)
+
+    async def call() -> None:
+        if front == "run_stream":
+            await run_stream(feed, probe, window=3, drain=drain, trace=recorder)
+        else:
+            async with open_stream(feed, probe, window=3, drain=drain, trace=recorder) as results:
+                async for _ in results:
+                    pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        await probe.wait_started(1)
+        await feed.wait_waiting()
+        drain.request()
+        await probe.wait_started(2)
+        probe.release_all()
+    assert recorder.marks() == ["drain", "close"]
+    for index in range(2):
+        assert recorder.of(index) == ["pulled", "started", "finished"]
+
+
+class CutFeed:
+    """Hands out 0, then on its next pull ignores one cancellation and hands out 1.
+
+    That is what a source does whose item has already arrived when a drain
+    cuts the pull: the item must not be lost.
+    """
+
+    def __init__(self) -> None:
+        self.pulls = 0
+        self.close_count = 0
+        self._waiting = trio.Event()
+
+    async def wait_waiting(self) -> None:
+        await self._waiting.wait()
+
+    def __aiter__(self) -> CutFeed:
+        return self
+
+    async def __anext__(self) -> int:
+        self.pulls += 1
+        if self.pulls == 1:
+            return 0
+        if self.pulls == 2:
+            self._waiting.set()
+            try:
+                await trio.sleep_forever()
+            except trio.Cancelled:
+                return 1  # the item was already on its way
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        self.close_count += 1
+
+
+async def test_without_a_trace_nothing_is_recorded() -> None:
+    # The argument is optional: the default runs no hook at all.
+    assert await run_stream(range(3), StartTimes(), window=2, trace=None) == [0, 1, 2]
+
+
+# -- what a bound source is told --------------------------------------------------
+
+
+class BoundFeed:
+    """A ``BindsRun`` source over ``feed`` that records what it was asked at close."""
+
+    def __init__(self, feed: Any) -> None:
+        self.feed = feed
+        self.at_bind: bool | None = None
+        self.at_close: tuple[bool, bool] | None = None
+        self.drained: Any = None
+
+    def bind_run(self, run: Any, /, *, admitting: Any, drained: Any) -> tuple[Any, Any]:
+        self.at_bind = admitting()
+        self.drained = drained
+        outer = self
+
+        class Stream:
+            def __aiter__(self) -> Any:
+                return self
+
+            async def __anext__(self) -> Any:
+                return await anext(outer.feed)
+
+            async def aclose(self) -> None:
+                outer.at_close = (admitting(), drained())
+                await outer.feed.aclose()
+
+        return Stream(), run
+
+
+async def test_a_bound_source_may_ask_about_admission_while_binding() -> None:
+    source = BoundFeed(ScriptedFeed(range(2), end=True))
+    assert await run_stream(source, StartTimes(), window=2) == [0, 1]
+    assert source.at_bind is True
+    assert source.at_close == (False, False)
+
+
+@pytest.mark.parametrize("front", ["run_stream", "ordered"])
+async def test_drained_is_true_when_a_drain_closed_admission(front: str) -> None:
+    source = BoundFeed(ScriptedFeed(range(2)))  # then quiet: only the drain ends it
+    drain = Drain()
+    probe: RunProbe[int] = RunProbe()
+
+    async def call() -> None:
+        if front == "run_stream":
+            await run_stream(source, probe, window=4, drain=drain)
+        else:
+            async with open_stream(source, probe, window=4, drain=drain) as results:
+                async for _ in results:
+                    pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        await source.feed.wait_parked()
+        assert source.drained() is False
+        drain.request()
+    assert source.at_close == (False, True)
+    assert source.drained() is True
+
+
+async def test_drained_is_false_after_a_failure_even_with_a_drain_requested() -> None:
+    source = BoundFeed(ScriptedFeed(range(3), end=True))
+    drain = Drain()
+
+    async def run(item: int) -> int:
+        await trio.lowlevel.checkpoint()
+        if item == 1:
+            drain.request()
+            raise KeyError(item)
+        await trio.sleep_forever()
+        return item
+
+    with pytest.raises(KeyError):
+        await run_stream(source, run, window=4, drain=drain)
+    assert source.drained() is False
+
+
+async def test_drained_is_false_after_an_outside_cancellation() -> None:
+    source = BoundFeed(ScriptedFeed())
+    drain = Drain()
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(run_stream, source, StartTimes(), window=2, drain=drain))
+            await source.feed.wait_parked()
+            scope.cancel()
+            drain.request()
+    assert source.at_close == (False, False)
+    assert source.drained() is False
+
+
+async def test_drained_is_false_when_the_source_ran_out_before_the_drain() -> None:
+    source = BoundFeed(ScriptedFeed(range(2), end=True))
+    drain = Drain()
+    probe: RunProbe[int] = RunProbe(gated=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(run_stream, source, probe, window=4, drain=drain))
+        await probe.wait_started(2)
+        await trio.testing.wait_all_tasks_blocked()  # the end pull has been made
+        drain.request()
+        probe.release_all()
+    assert source.drained() is False
+
+
+# -- a trio memory channel as the source --------------------------------------------
+
+
+@pytest.mark.parametrize("window", [1, 4, None])
+async def test_a_memory_channel_source_runs_every_item_and_is_closed(window: int | None) -> None:
+    send, receive = trio.open_memory_channel[int](100)
+    for n in range(50):
+        send.send_nowait(n)
+    send.close()
+    assert await run_stream(receive, StartTimes(), window=window) == list(range(50))
+    with pytest.raises(trio.ClosedResourceError):
+        receive.receive_nowait()
+
+
+async def test_a_memory_channel_source_waits_for_items_and_stops_the_senders_when_closed(
+    autojump_clock: Any,
+) -> None:
+    send, receive = trio.open_memory_channel[int](0)
+    drain = Drain()
+    results: list[int] = []
+
+    async def produce() -> None:
+        for n in range(3):
+            await trio.sleep(1)
+            await send.send(n)
+        drain.request()
+        with pytest.raises(trio.BrokenResourceError):
+            await send.send(99)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(produce)
+        results = await run_stream(receive, StartTimes(), window=2, drain=drain)
+    assert results == [0, 1, 2]
+
+
+async def test_a_memory_channel_source_stays_cancellable_while_items_are_waiting() -> None:
+    send, receive = trio.open_memory_channel[int](math.inf)
+    for n in range(10_000):
+        send.send_nowait(n)
+    runs = 0
+
+    async def never_blocks(item: int) -> int:
+        nonlocal runs
+        runs += 1
+        return item
+
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(run_stream, receive, never_blocks, window=4))
+            await trio.lowlevel.checkpoint()
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert runs < 10_000

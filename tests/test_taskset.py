@@ -461,6 +461,33 @@ async def test_cancelling_a_parked_feed_taskset_closes_the_feed() -> None:
     assert feed.close_count == 1
 
 
+async def test_cancelling_a_parked_channel_feed_closes_the_channel() -> None:
+    send, receive = trio.open_memory_channel[int](0)
+    stream = FeedTaskset(receive).stream()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(anext, stream)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    with pytest.raises(trio.BrokenResourceError):
+        send.send_nowait(1)
+
+
+async def test_a_channel_feed_hands_out_waiting_items_without_a_schedule_point() -> None:
+    send, receive = trio.open_memory_channel[int](10)
+    for n in range(3):
+        send.send_nowait(n)
+    stream = FeedTaskset(receive).stream()
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        # Cancelled already, yet items that are waiting come out: no checkpoint
+        # is made per item (the runner's workers make them instead).
+        assert [await anext(stream) for _ in range(3)] == [0, 1, 2]
+        with pytest.raises(trio.Cancelled):
+            await anext(stream)  # empty: it blocks, and so sees the cancellation
+    with pytest.raises(trio.BrokenResourceError):
+        send.send_nowait(1)
+
+
 async def test_a_feed_can_be_streamed_once() -> None:
     ts = FeedTaskset(ScriptedFeed([1], end=True))
     assert await astream(ts) == [1]

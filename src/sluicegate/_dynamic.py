@@ -158,6 +158,7 @@ class SampleSource(Generic[T, R]):
         /,
         *,
         admitting: Callable[[], bool] | None = None,
+        drained: Callable[[], bool] | None = None,
     ) -> tuple[AsyncIterator[T], Callable[[T], Awaitable[R]]]:
         """Bind this source to one stream; the dispatcher calls this for you.
 
@@ -166,13 +167,16 @@ class SampleSource(Generic[T, R]):
             admitting: Asked before each item is handed out; once it says no
                 (a drain was requested, a run failed), the stream ends and
                 keeps what is still buffered from running.
+            drained: True once admission closed because of a drain (false
+                after a failure or a cancellation ended the stream); see
+                :class:`~sluicegate._runner.BindsRun`.
 
         Returns:
             An async iterator of the items to run, with ``aclose()``, and a
             ``run`` that wraps the given one. Each call returns a fresh pair
             with its own state.
         """
-        stream = _SampleStream(self, run, admitting)
+        stream = _SampleStream(self, run, admitting, drained)
         return stream, stream.run
 
 
@@ -221,10 +225,12 @@ class _SampleStream(Generic[T, R]):
         source: SampleSource[T, R],
         run: Callable[[T], Awaitable[R]],
         admitting: Callable[[], bool] | None = None,
+        drained: Callable[[], bool] | None = None,
     ) -> None:
         self._source = source
         self._run = run
         self._admitting = admitting
+        self._drained = drained
         self._buffer: collections.deque[T] = collections.deque()
         self._seeded = False
         self._in_flight = 0

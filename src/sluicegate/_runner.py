@@ -31,7 +31,9 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 import attrs
 import trio
 
-__all__ = ["BindsRun", "Done", "Drain", "open_stream", "run_stream"]
+from ._util import as_async_iterator
+
+__all__ = ["BindsRun", "Done", "Drain", "Pacer", "Recorder", "open_stream", "run_stream"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -165,22 +167,75 @@ class _Waiters:
 class BindsRun(Protocol):
     """A source that must see its own runs (a :class:`~sluicegate.SampleSource`).
 
-    The dispatcher hands such a source the ``run`` it was given, and a
-    function telling whether admission is still open (false after a drain
-    or a failure), and uses the pair it returns instead: an async iterator of
-    items and a ``run`` that wraps the original. This keeps the dispatcher unaware of what a dynamic
-    source is, while letting the source learn when runs finish.
+    The dispatcher hands such a source the ``run`` it was given and two
+    questions it may ask at any time, and uses the pair it returns instead:
+    an async iterator of items and a ``run`` that wraps the original. This
+    keeps the dispatcher unaware of what a dynamic source is, while letting
+    the source learn when runs finish.
+
+    ``admitting()`` is true while admission is open: false after the source
+    ended, a drain was requested or a run failed. ``drained()`` is true once
+    admission closed because of a drain, and stays false while no drain was
+    requested, when the source ran out before the drain, and once a failure,
+    an outside cancellation or a consumer leaving early has ended the stream:
+    a source asks it when closed, to tell work a drain left unstarted from
+    work a failure threw away.
     """
 
     def bind_run(
-        self, run: Any, /, *, admitting: Callable[[], bool]
+        self, run: Any, /, *, admitting: Callable[[], bool], drained: Callable[[], bool]
     ) -> tuple[AsyncIterator[Any], Any]: ...
+
+
+@runtime_checkable
+class Pacer(Protocol):
+    """A bound on how fast a stream pulls, passed as ``rate=`` (a ``RateLimit``).
+
+    The dispatcher awaits :meth:`acquire` before each pull, in the pulling
+    worker's turn, so a pacer bounds pulls and starts alike. Each
+    ``acquire()`` that returns is either spent on an item that runs or given
+    back with exactly one :meth:`refund` (the pull found the end of the
+    source, a drain or a failure cut it, the source raised, or admission
+    closed while waiting). An ``acquire()`` that a drain or a cancellation
+    interrupts is not refunded: it must take nothing when it does not return.
+    """
+
+    async def acquire(self) -> None: ...
+
+    def refund(self) -> None: ...
+
+
+@runtime_checkable
+class Recorder(Protocol):
+    """Sees what a stream does, passed as ``trace=`` (a ``Timeline``).
+
+    Each method is called once per event, in the order the events happen, in
+    the dispatcher's own tasks: ``pulled`` when an item came out of the
+    source (it has an index from then on), ``started`` and ``finished``
+    around its run. ``finished`` gets None for a run that returned, the
+    exception for one that raised (a :class:`trio.Cancelled` for one cut by
+    cancellation). An item pulled just as a failure ended the stream may get
+    no ``started`` (it never ran); every ``started`` gets its ``finished``.
+    ``marked`` gets ``"drain"`` when a drain is seen, ``"failure"`` when the
+    first failure is recorded and ``"close"`` once the source is closed.
+    Methods must be quick and must not raise.
+    """
+
+    def pulled(self, index: int, item: object, /) -> None: ...
+
+    def started(self, index: int, /) -> None: ...
+
+    def finished(self, index: int, error: BaseException | None, /) -> None: ...
+
+    def marked(self, what: str, /) -> None: ...
 
 
 Source = AsyncIterable[T] | Iterable[T] | BindsRun
 
 
-def _check_arguments(source: object, run: object, window: object) -> None:
+def _check_arguments(
+    source: object, run: object, window: object, rate: object, trace: object
+) -> None:
     # bool is an int subclass, but window=True is always a mistake.
     if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
         raise TypeError(f"window must be an int >= 1 or None, not {window!r}")
@@ -191,6 +246,13 @@ def _check_arguments(source: object, run: object, window: object) -> None:
     if not isinstance(source, (AsyncIterable, Iterable, BindsRun)):
         raise TypeError(
             f"source must be an iterable or async iterable, not {type(source).__name__}"
+        )
+    if rate is not None and not isinstance(rate, Pacer):
+        raise TypeError(f"rate must have async acquire() and refund() (a RateLimit), not {rate!r}")
+    if trace is not None and not isinstance(trace, Recorder):
+        raise TypeError(
+            f"trace must have pulled(), started(), finished() and marked() (a Timeline), "
+            f"not {trace!r}"
         )
 
 
@@ -211,26 +273,35 @@ class _Dispatch(Generic[T, R]):
         *,
         collect: bool,
         ordered: bool,
+        rate: Pacer | None = None,
+        trace: Recorder | None = None,
     ) -> None:
+        self._pulled = 0
+        self._exhausted = False
+        # The source ran out while no drain was requested (see _drained).
+        self._ran_out = False
+        # A failure, an outside cancellation or the consumer leaving early
+        # ended the stream: whatever is left was not left by a drain.
+        self._cut_short = False
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._drain = drain
+        self._rate = rate
+        self._trace = trace
         if isinstance(source, BindsRun):
             # The source may hold work of its own (a buffer of follow-ups):
             # it asks whether admission is still open before handing any out.
-            source, run = source.bind_run(run, admitting=self._admitting)
+            source, run = source.bind_run(run, admitting=self._admitting, drained=self._drained)
         self._run = run
         self._window = window
-        self._drain = drain
         self._ordered = ordered
         self._collect = collect
         self._aiter: AsyncIterator[T] | None = None
         self._iter: Iterator[T] | None = None
         if isinstance(source, AsyncIterable):
-            self._aiter = aiter(source)
+            self._aiter = as_async_iterator(source)
         else:
             self._iter = iter(source)
-        self._pulled = 0
-        self._exhausted = False
-        self._closed = False
-        self._failure: BaseException | None = None
         self._nursery: trio.Nursery | None = None
         # Pull turn-taking: a bare flag and a queue of waiters, so the uncontended
         # case costs one attribute check (trio.Lock always checkpoints).
@@ -261,6 +332,15 @@ class _Dispatch(Generic[T, R]):
             or (self._drain is not None and self._drain.requested)
         )
 
+    def _drained(self) -> bool:
+        return (
+            self._drain is not None
+            and self._drain.requested
+            and not self._ran_out
+            and self._failure is None
+            and not self._cut_short
+        )
+
     async def _pull(self, scope: trio.CancelScope) -> tuple[int, T] | None:
         """Take the next item, or None when admission is over.
 
@@ -282,22 +362,34 @@ class _Dispatch(Generic[T, R]):
                 continue
             break
         self._pull_busy = True
+        # A token taken from the pacer and not yet spent on an item that runs.
+        token = False
         try:
             if not self._admitting():
                 return None
+            if self._rate is not None:
+                # Waiting for a token is part of the pull: a drain cuts it.
+                self._pull_scope = scope
+                try:
+                    await self._rate.acquire()
+                finally:
+                    self._pull_scope = None
+                token = True
+                if not self._admitting():
+                    return None
             index = self._pulled
             if self._iter is not None:
                 try:
                     item = next(self._iter)
                 except StopIteration:
-                    self._exhausted = True
+                    self._end_of_source()
                     return None
             else:
                 self._pull_scope = scope
                 try:
                     item = await anext(self._aiter)  # type: ignore[arg-type]
                 except StopAsyncIteration:
-                    self._exhausted = True
+                    self._end_of_source()
                     return None
                 finally:
                     self._pull_scope = None
@@ -305,9 +397,12 @@ class _Dispatch(Generic[T, R]):
                 # The item arrived in the same instant as another run failed:
                 # nothing may start after a failure.
                 return None
+            token = False
             self._pulled = index + 1
             if self._collect:
                 self.results.append(None)
+            if self._trace is not None:
+                self._trace.pulled(index, item)
             if self._cut_scope is scope:
                 # A drain cancelled this pull, but the item had already
                 # arrived. Taken from the source, it must run, yet not under
@@ -321,9 +416,16 @@ class _Dispatch(Generic[T, R]):
             self._fail(exc, f"sluicegate: raised by the source while pulling item {self._pulled}")
             return None
         finally:
+            if token:
+                self._rate.refund()  # type: ignore[union-attr]
             self._pull_busy = False
             if self._pull_lot:
                 self._pull_lot.wake_one()
+
+    def _end_of_source(self) -> None:
+        self._exhausted = True
+        if self._drain is None or not self._drain.requested:
+            self._ran_out = True
 
     # -- failure and close-out ---------------------------------------------------
 
@@ -331,6 +433,8 @@ class _Dispatch(Generic[T, R]):
         if self._failure is None:
             exc.add_note(note)
             self._failure = exc
+            if self._trace is not None:
+                self._trace.marked("failure")
             assert self._nursery is not None
             self._nursery.cancel_scope.cancel()
         elif exc is not self._failure:
@@ -348,11 +452,18 @@ class _Dispatch(Generic[T, R]):
             await close_source(self._aiter if self._aiter is not None else self._iter)
         except Exception as exc:
             return exc
+        finally:
+            if self._trace is not None:
+                self._trace.marked("close")
         return None
 
     async def _watch_drain(self, drain: Drain) -> None:
         with self._drain_scope:
             await drain.wait()
+        if self._trace is not None and drain.requested:
+            # Marked even when the stream ended in the same instant: the
+            # drain was requested while it ran.
+            self._trace.marked("drain")
         if self._drain_scope.cancelled_caught:
             return
         if self._pull_scope is not None:
@@ -404,6 +515,7 @@ class _Dispatch(Generic[T, R]):
         """
         run = self._run
         window = self._window
+        trace = self._trace
         nursery = self._nursery
         assert nursery is not None
         passes = 0
@@ -425,11 +537,21 @@ class _Dispatch(Generic[T, R]):
                         # pool grows with the work instead of all at once.
                         self._spawn_worker()
                     index, item = pulled
+                    if trace is not None:
+                        trace.started(index)
                     try:
                         value = await run(item)
                     except Exception as exc:
+                        if trace is not None:
+                            trace.finished(index, exc)
                         self._fail(exc, f"sluicegate: raised by the run of item {index}")
                         return
+                    except BaseException as exc:
+                        if trace is not None:
+                            trace.finished(index, exc)
+                        raise
+                    if trace is not None:
+                        trace.finished(index, None)
                     self._keep(index, item, value)
         finally:
             self._exited()
@@ -438,11 +560,22 @@ class _Dispatch(Generic[T, R]):
         try:
             if self._failure is not None:
                 return  # spawned before a failure, first scheduled after it
+            trace = self._trace
+            if trace is not None:
+                trace.started(index)
             try:
                 value = await self._run(item)
             except Exception as exc:
+                if trace is not None:
+                    trace.finished(index, exc)
                 self._fail(exc, f"sluicegate: raised by the run of item {index}")
                 return
+            except BaseException as exc:
+                if trace is not None:
+                    trace.finished(index, exc)
+                raise
+            if trace is not None:
+                trace.finished(index, None)
             self._keep(index, item, value)
         finally:
             self._exited()
@@ -561,6 +694,8 @@ async def run_stream(
     *,
     window: int | None,
     drain: Drain | None = None,
+    rate: Pacer | None = None,
+    trace: Recorder | None = None,
 ) -> list[R]:
     """Run every item of ``source`` through ``run``, at most ``window`` at a time.
 
@@ -575,21 +710,30 @@ async def run_stream(
             no bound.
         drain: Optional :class:`Drain`; requesting it stops admission and
             makes the call return what the in-flight runs produce.
+        rate: Optional pacer (a :class:`~sluicegate.RateLimit`, or anything
+            with ``async acquire()`` and ``refund()``) awaited before each
+            pull; see :class:`Pacer`. One pacer may bound several streams.
+        trace: Optional recorder (a :class:`~sluicegate.Timeline`) told of
+            every pull, start, finish, drain, failure and close; see
+            :class:`Recorder`.
 
     Returns:
         The results in submission (pull) order.
 
     Raises:
         TypeError: for a ``window`` that is not an int or None, a non-iterable
-            ``source`` or a non-callable ``run``, before the source is touched.
+            ``source``, a non-callable ``run``, or a ``rate`` or ``trace``
+            without the methods above, before the source is touched.
         ValueError: for a ``window`` below 1, before the source is touched.
         Exception: the first exception raised by a run or by the source, as
             itself, with a note naming the item index. Every other run is
             cancelled and has unwound, and the source is closed, before it
             propagates. Runs that failed meanwhile are listed in further notes.
     """
-    _check_arguments(source, run, window)
-    dispatch = _Dispatch(source, run, window, drain, collect=True, ordered=True)
+    _check_arguments(source, run, window, rate, trace)
+    dispatch = _Dispatch(
+        source, run, window, drain, collect=True, ordered=True, rate=rate, trace=trace
+    )
     primary: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
@@ -598,6 +742,8 @@ async def run_stream(
         primary = _single(group)
     except BaseException as exc:
         primary = exc
+    if primary is not None:
+        dispatch._cut_short = True
     await dispatch.finish(primary)
     if primary is not None:
         raise primary
@@ -626,6 +772,8 @@ async def open_stream(
     window: int | None,
     ordered: bool = True,
     drain: Drain | None = None,
+    rate: Pacer | None = None,
+    trace: Recorder | None = None,
 ) -> AsyncIterator[AsyncIterator[Done[T, R]]]:
     """Run ``source`` through ``run`` and hand each result over as it is ready.
 
@@ -645,6 +793,8 @@ async def open_stream(
         ordered: Yield in submission order (default) or, if False, in
             completion order.
         drain: As for :func:`run_stream`.
+        rate: As for :func:`run_stream`.
+        trace: As for :func:`run_stream`.
 
     Yields:
         An async iterator of :class:`Done`, one per finished run.
@@ -652,10 +802,12 @@ async def open_stream(
     Raises:
         Exception: everything :func:`run_stream` raises, the same way.
     """
-    _check_arguments(source, run, window)
+    _check_arguments(source, run, window, rate, trace)
     if not isinstance(ordered, bool):
         raise TypeError(f"ordered must be a bool, not {ordered!r}")
-    dispatch = _Dispatch(source, run, window, drain, collect=False, ordered=ordered)
+    dispatch = _Dispatch(
+        source, run, window, drain, collect=False, ordered=ordered, rate=rate, trace=trace
+    )
     primary: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
@@ -664,11 +816,15 @@ async def open_stream(
                 yield _Results(dispatch)
             finally:
                 # Leaving the block, however it happens, ends the runs.
+                if dispatch._live:
+                    dispatch._cut_short = True
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         primary = _single(group)
     except BaseException as exc:
         primary = exc
+    if primary is not None:
+        dispatch._cut_short = True
     await dispatch.finish(primary)
     if primary is not None:
         raise primary

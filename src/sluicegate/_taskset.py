@@ -30,9 +30,11 @@ from collections.abc import (
 from typing import Any, Generic, TypeVar, cast
 
 import attrs
+import trio
 
 from ._runner import close_source
 from ._take import check_count, close_after, pace, take
+from ._util import ChannelSource
 
 __all__ = ["FeedTaskset", "Task", "Taskset"]
 
@@ -470,6 +472,9 @@ class FeedTaskset(Taskset[T]):
         if self._claimed:
             raise RuntimeError(f"{self!r} was already streamed: a feed can be read once")
         self._claimed = True
+        if isinstance(self._source, trio.MemoryReceiveChannel):
+            # Items already waiting are taken without a schedule point each.
+            return ChannelSource(self._source)
         return _OwnedStream(self._source, None)
 
     def __repr__(self) -> str:
