@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.lowlevel
 
 from sluicegate import serve
 from sluicegate.service import Journal, JournalError
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 async def checked(n: int) -> dict[str, int]:
-    await trio.sleep(0)
+    await trio.lowlevel.checkpoint()
     if n % 4 == 3:
         raise ValueError(f"reading {n} is out of range")
     return {"n": n}
@@ -159,9 +160,7 @@ async def test_journal_errors_lists_dead_letters_with_tracebacks(filled: Path) -
 
 
 @pytest.mark.parametrize("action", ["show", "errors"])
-async def test_journal_commands_refuse_what_is_not_a_journal(
-    tmp_path: Path, action: str
-) -> None:
+async def test_journal_commands_refuse_what_is_not_a_journal(tmp_path: Path, action: str) -> None:
     missing = sluicegate_cli("journal", action, str(tmp_path / "nope.db"))
     assert missing.returncode == 2
     assert missing.stderr == f"sluicegate: cannot read {tmp_path / 'nope.db'}: no journal there\n"
@@ -192,11 +191,14 @@ async def test_the_cli_reads_a_journal_a_running_service_holds_open(tmp_path: Pa
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(
-            lambda: serve(range(14), held, window=4, key=str, journal=path, on_outcome=count,
-                          signals=())  # fmt: skip
+            lambda: serve(
+                range(14), held, window=4, key=str, journal=path, on_outcome=count, signals=()
+            )
         )
         await ten_done.wait()
-        shown = await trio.to_thread.run_sync(sluicegate_cli, "journal", "show", str(path), "--json")
+        shown = await trio.to_thread.run_sync(
+            sluicegate_cli, "journal", "show", str(path), "--json"
+        )
         release.set()
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["ok"] == 10

@@ -1,4 +1,4 @@
-"""SIGKILL a journaled service at random points and restart it: nothing acknowledged reruns, nothing is lost."""
+"""SIGKILL a journaled service at random points, restart it: no acked item reruns, none is lost."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ import attrs
 import outcome
 import trio
 
-from .._runner import BindsRun, Drain, _check_arguments, open_stream
+from .._runner import BindsRun, Drain, Pacer, Recorder, _check_arguments, open_stream
 from .._util import sole_exception
 from ._convert import encode_value
 from ._journal import Journal, JournalSession, error_row, ok_row
@@ -134,13 +134,14 @@ def _check(
     on_outcome: object,
     on_stats: object,
     stats_interval: object,
+    trace: object,
 ) -> tuple[Journal | None, tuple[signal.Signals, ...]]:
     """Every argument check, before anything is opened or pulled."""
     if window is None:
         raise TypeError(
             "serve() needs a bounded window (an int >= 1): a service's memory is bounded by it"
         )
-    _check_arguments(source, run, window)
+    _check_arguments(source, run, window, rate, trace)
     _check_callable("key", key)
     if journal is not None and not isinstance(journal, Journal):
         if not isinstance(journal, (str, os.PathLike)):
@@ -154,12 +155,6 @@ def _check(
         raise ValueError(f'errors must be "record" or "raise", not {errors!r}')
     if retry is not None and not isinstance(retry, Retry):
         raise TypeError(f"retry must be a sluicegate.Retry or None, not {retry!r}")
-    if rate is not None and not (
-        callable(getattr(rate, "acquire", None)) and callable(getattr(rate, "refund", None))
-    ):
-        raise TypeError(
-            f"rate must be a sluicegate.RateLimit (or have acquire() and refund()), not {rate!r}"
-        )
     _check_seconds("timeout", timeout, zero_ok=False)
     if drain is not None and not isinstance(drain, Drain):
         raise TypeError(f"drain must be a sluicegate.Drain or None, not {drain!r}")
@@ -197,7 +192,7 @@ async def serve(
     rerun_errors: bool = False,
     errors: Literal["record", "raise"] = "record",
     retry: Retry | None = None,
-    rate: Any = None,
+    rate: Pacer | None = None,
     timeout: float | None = None,  # noqa: ASYNC109 - per attempt, not for the call
     drain: Drain | None = None,
     signals: Iterable[signal.Signals | int] = DEFAULT_SIGNALS,
@@ -205,7 +200,7 @@ async def serve(
     on_outcome: Callable[[ServedItem[T]], Awaitable[None]] | None = None,
     on_stats: Callable[[ServeStats], Any] | None = None,
     stats_interval: float = 10.0,
-    trace: Any = None,
+    trace: Recorder | None = None,
 ) -> ServeReport:
     """Run every item of ``source`` through ``run`` until the source ends, a drain or a signal.
 
@@ -278,7 +273,7 @@ async def serve(
         source, run, window, key=key, journal=journal, rerun_errors=rerun_errors,
         errors=errors, retry=retry, rate=rate, timeout=timeout, drain=drain,
         signals=signals, grace=grace, on_outcome=on_outcome, on_stats=on_stats,
-        stats_interval=stats_interval,
+        stats_interval=stats_interval, trace=trace,
     )  # fmt: skip
     session = journal.open() if journal is not None else None
     try:
@@ -304,7 +299,7 @@ class _Service(Generic[T]):
         rerun_errors: bool,
         raise_errors: bool,
         retry: Retry | None,
-        rate: Any,
+        rate: Pacer | None,
         timeout: float | None,
         drain: Drain | None,
         signals: tuple[signal.Signals, ...],
@@ -312,7 +307,7 @@ class _Service(Generic[T]):
         on_outcome: Callable[[ServedItem[T]], Awaitable[None]] | None,
         on_stats: Callable[[ServeStats], Any] | None,
         stats_interval: float,
-        trace: Any,
+        trace: Recorder | None,
     ) -> None:
         self.source = source
         self.run = run
@@ -493,38 +488,20 @@ class _Service(Generic[T]):
         drain = self.drain
         registry.add(tally)
         start = trio.current_time()
-        logger.info(
-            "serve: starting (window %d%s%s%s%s)", self.window,
-            "" if self.session is None else f", journal {self.session.journal.path}",
-            "" if self.retry is None else f", {self.retry!r}",
-            "" if self.rate is None else f", rate {self.rate!r}",
-            "" if self.timeout is None else f", timeout {self.timeout:g} s",
-        )  # fmt: skip
         interrupt = trio.CancelScope()
-        failure: BaseException | None = None
         try:
-            try:
-                async with trio.open_nursery() as nursery:
-                    if self.session is not None:
-                        nursery.start_soon(self.session.run_writer)
-                    if self.ticking:
-                        nursery.start_soon(self.tick, start)
-                    graced = trio.CancelScope()
-                    if self.grace is not None:
-                        nursery.start_soon(self.cut_after_grace, graced)
-                    with interrupt:
-                        async with drain_on_signals(
-                            drain, signals=self.signals, cancel_scope=interrupt
-                        ):
-                            with graced:
-                                await self.stream()
-                    nursery.cancel_scope.cancel()
-            except BaseExceptionGroup as group:
-                # The helper tasks only end by cancellation: the group holds
-                # the stream's own exception, to be raised as itself.
-                failure = sole_exception(group)
-            if failure is not None:
-                raise failure
+            with interrupt:
+                # Signals are taken first: one that arrives once the service
+                # says it started must drain it, not kill it.
+                async with drain_on_signals(drain, signals=self.signals, cancel_scope=interrupt):
+                    logger.info(
+                        "serve: starting (window %d%s%s%s%s)", self.window,
+                        "" if self.session is None else f", journal {self.session.journal.path}",
+                        "" if self.retry is None else f", {_describe(self.retry)}",
+                        "" if self.rate is None else f", rate {self.rate!r}",
+                        "" if self.timeout is None else f", timeout {self.timeout:g} s",
+                    )  # fmt: skip
+                    await self.run_until_stopped(start)
             if interrupt.cancelled_caught:
                 reason: StopReason = "interrupted"
             elif drain.requested:
@@ -542,6 +519,28 @@ class _Service(Generic[T]):
             )
         finally:
             registry.retire(tally)
+
+    async def run_until_stopped(self, start: float) -> None:
+        failure: BaseException | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                if self.session is not None:
+                    nursery.start_soon(self.session.run_writer)
+                if self.ticking:
+                    nursery.start_soon(self.tick, start)
+                graced = trio.CancelScope()
+                if self.grace is not None:
+                    nursery.start_soon(self.cut_after_grace, graced)
+                with graced:
+                    await self.stream()
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The helper tasks only end by cancellation: the group holds the
+            # stream's own exception (or the interrupt's Cancelled), to be
+            # raised as itself.
+            failure = sole_exception(group)
+        if failure is not None:
+            raise failure
 
     async def stream(self) -> None:
         extra: dict[str, Any] = {}
@@ -582,6 +581,11 @@ class _Service(Generic[T]):
                 result = self.on_stats(stats)
                 if inspect.isawaitable(result):
                     await result
+
+
+def _describe(retry: Retry) -> str:
+    names = ", ".join(kind.__name__ for kind in retry.on)
+    return f"up to {retry.attempts} attempts on {names}"
 
 
 def _seconds(value: float | None) -> str:
