@@ -382,6 +382,7 @@ async def test_a_memory_channel_a_feed_taskset_and_a_sample_source_all_serve() -
     assert (await serve(feed.stream(), double, window=2, signals=())).ok == 4
 
     async def follow(item: int, result: int) -> list[int]:
+        assert result == 2 * item  # on_complete hears what run returned
         return [item + 1] if item < 9 else []
 
     chain = sluicegate.SampleSource.from_items([0], on_complete=follow)

@@ -329,10 +329,12 @@ class _Service(Generic[T]):
         self.ticking = on_stats is not None or logger.isEnabledFor(logging.INFO)
         self.tally = Tally(histogram=self.ticking or registry.watchers > 0)
         self.debug = logger.isEnabledFor(logging.DEBUG)
+        # A SampleSource hears each item's result (on_complete).
+        self.values_matter = isinstance(source, BindsRun)
 
     # -- one item ----------------------------------------------------------------------
 
-    def wrapper(self) -> Callable[[T], Awaitable[None]]:
+    def wrapper(self) -> Callable[[T], Awaitable[Any]]:
         """The per-item function for the dispatcher: the lean one when nothing needs more."""
         if (
             self.session is None
@@ -345,27 +347,33 @@ class _Service(Generic[T]):
             return self.lean
         return self.served
 
-    async def lean(self, item: T) -> None:
+    async def lean(self, item: T) -> Any:
         """:meth:`served` with no journal, retry, timeout, callback or latencies to keep."""
         tally = self.tally
         tally.running += 1
         try:
-            await self.run(item)
+            value = await self.run(item)
         except Exception as error:
             if self.raise_errors:
                 raise
             tally.failed += 1
             logger.warning("%s failed after 1 attempt(s): %r", self.label(item), error)
+            return None
         except BaseException:
             tally.cut += 1
             raise
-        else:
-            tally.ok += 1
         finally:
             tally.running -= 1
+        tally.ok += 1
+        return value
 
-    async def served(self, item: T) -> None:
-        """Run one item and record it; the window place is held until it is acknowledged."""
+    async def served(self, item: T) -> Any:
+        """Run one item and record it; the window place is held until it is acknowledged.
+
+        Returns what the run returned (a :class:`~sluicegate.SampleSource`'s
+        ``on_complete`` gets it): None for a failure or an item cut short, the
+        recorded value for a skipped one.
+        """
         name = None if self.key is None else _key_of(self.key, item)
         session = self.session
         if session is not None:
@@ -376,34 +384,42 @@ class _Service(Generic[T]):
                 # token it took is still the limiter's latest: refund exactly.
                 if self.rate is not None:
                     self.rate.refund()
-                await self.skip(item, session, name)
-                return
+                return await self.skip(item, session, name)
         tally = self.tally
         tally.running += 1
-        finished = False
+        value = _CUT
         try:
-            finished = await self.attempt(item, name)
+            value = await self.attempt(item, name)
         finally:
             tally.running -= 1
-            if not finished:
+            if value is _CUT:
                 # A drain cut its backoff, a grace or second signal cancelled
                 # it: not journaled, so a restart runs it again.
                 tally.cut += 1
+        return None if value is _CUT else value
 
-    async def skip(self, item: T, session: JournalSession, name: str) -> None:
+    async def skip(self, item: T, session: JournalSession, name: str) -> Any:
         self.tally.skipped += 1
         if self.debug:
             logger.debug("item %s skipped: the journal holds it", name)
+        if self.on_outcome is None and not self.values_matter:
+            return None
+        entry = session.entry(name)
+        assert entry is not None  # a finished item is never written over
         if self.on_outcome is not None:
-            entry = session.entry(name)
-            assert entry is not None  # a finished item is never written over
             await self.on_outcome(
                 ServedItem(item, name, entry.ok, entry.value, entry.error, entry.attempts,
                            entry.duration_s, True)
             )  # fmt: skip
+        return entry.value
 
-    async def attempt(self, item: T, name: str | None) -> bool:
-        """Run, record and acknowledge one item; False when a drain cut it short."""
+    async def attempt(self, item: T, name: str | None) -> Any:
+        """Run, record and acknowledge one item.
+
+        Returns:
+            What the run returned (None for a failure), or ``_CUT`` when a
+            drain cut the item short.
+        """
         tally = self.tally
         started = time.time()
         start = trio.current_time()
@@ -427,7 +443,7 @@ class _Service(Generic[T]):
                     cut.attempts,
                     cut.last,
                 )
-                return False
+                return _CUT
             attempts = tried.attempts
             tally.retried += attempts - 1
             result = tried.result
@@ -467,7 +483,7 @@ class _Service(Generic[T]):
             await self.on_outcome(
                 ServedItem(item, name, error is None, value, error, attempts, duration, False)
             )
-        return True
+        return value
 
     def label(self, item: T, name: str | None = None) -> str:
         """How log lines name an item: by its key when there is one."""
@@ -581,6 +597,9 @@ class _Service(Generic[T]):
                 result = self.on_stats(stats)
                 if inspect.isawaitable(result):
                     await result
+
+
+_CUT: Any = object()  # attempt()'s answer for an item a drain cut short
 
 
 def _describe(retry: Retry) -> str:
