@@ -11,8 +11,14 @@ Rows and targets (issue 11):
 * no-op items from a trio memory channel filled beforehand (how a service
   gets its work), window 64. ``serve()`` without a journal must do >= 2x the
   hand-rolled baseline, and with a journal >= 1.5x (a journaled service still
-  beats the loop that journals nothing). The ``synchronous="full"`` row shows
-  what surviving a power loss costs.
+  beats the loop that journals nothing). Without ``on_outcome`` nobody waits
+  for a commit (rows are committed behind the service, up to a backlog);
+  the ``on_outcome`` rows wait for each item's commit, as a service that
+  acknowledges upstream does. The ``synchronous="full"`` rows show what
+  surviving a power loss costs.
+* memory: ``serve()`` with a journal and ``on_outcome`` over 300,000 items
+  (``--quick``: 10,000), in a fresh process; the peak RSS growth must stay
+  under 16 MiB, since nothing per item outlives the item.
 * retries: the cost of one successful call through ``attempt()`` (the loop
   ``serve()`` and ``eval`` use), ``stamina`` and ``tenacity``, against the
   bare call. The retry path itself is not timed: it sleeps.
@@ -26,8 +32,11 @@ import argparse
 import datetime
 import gc
 import os
+import json
 import platform
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -130,11 +139,16 @@ def make_cases(journals: Journals) -> dict[str, Case]:
                 count += 1
         assert count == n
 
+    async def acknowledge(served: Any) -> None:
+        pass
+
     def c_serve(**kwargs: Any) -> Case:
         async def case(n: int) -> None:
             extra = dict(kwargs)
             if "journal" in extra:
                 extra["journal"] = journals.next(extra["journal"])
+            if extra.pop("acknowledge", False):
+                extra["on_outcome"] = acknowledge
             report = await sluicegate.service.serve(
                 filled_channel(n), noop, window=WINDOW, signals=(), **extra
             )
@@ -150,8 +164,57 @@ def make_cases(journals: Journals) -> dict[str, Case]:
         "serve(), no journal": c_serve(),
         "serve(), key=str, no journal": c_serve(key=str),
         "serve(), journal": c_serve(key=str, journal="normal"),
+        "serve(), journal, on_outcome": c_serve(key=str, journal="normal", acknowledge=True),
         'serve(), journal synchronous="full"': c_serve(key=str, journal="full"),
+        'serve(), journal "full", on_outcome': c_serve(key=str, journal="full", acknowledge=True),
     }
+
+
+# -- memory -------------------------------------------------------------------------
+
+
+RSS_LIMIT_MIB = 16.0
+
+
+def memory_child(n: int) -> None:
+    """Body of the memory subprocess: print the peak RSS growth as one JSON line."""
+    journals = Journals()
+    acknowledged = 0
+
+    async def acknowledge(served: Any) -> None:
+        nonlocal acknowledged
+        acknowledged += 1
+
+    async def case(items: int) -> None:
+        await sluicegate.service.serve(
+            agen(items), noop, window=WINDOW, key=str, journal=journals.next(),
+            on_outcome=acknowledge, signals=(),
+        )  # fmt: skip
+
+    try:
+        trio.run(case, 2000)  # imports, SQLite's page cache, trio's start-up
+        gc.collect()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        start = time.perf_counter()
+        trio.run(case, n)
+        seconds = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    finally:
+        journals.cleanup()
+    print(json.dumps({"before": before, "after": after, "seconds": seconds, "acks": acknowledged}))
+
+
+def run_memory_case(n: int) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--memory-child", str(n)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"memory case failed:\n{proc.stderr.strip()}")
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
 
 
 # -- retries ------------------------------------------------------------------------
@@ -287,8 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None, help="repeats per case (>= 3)")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--no-retry", action="store_true", help="skip the retry rows")
+    parser.add_argument("--no-memory", action="store_true", help="skip the RSS case")
+    parser.add_argument("--memory-child", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.memory_child:
+        memory_child(args.memory_child)
+        return 0
     n, n_retry, repeats = (3_000, 3_000, 3) if args.quick else (50_000, 100_000, 5)
+    n_memory = 10_000 if args.quick else 300_000
     if args.repeats is not None:
         repeats = max(3, args.repeats)
     load = os.getloadavg()
@@ -326,6 +395,17 @@ def main(argv: list[str] | None = None) -> int:
         for name, row in rrows.items():
             if row is not bare:
                 print(f"    {name:<28} {row.cpu_us - bare.cpu_us:6.2f} us (cpu)")
+    if not args.no_memory:
+        out = run_memory_case(n_memory)
+        growth = (out["after"] - out["before"]) / 1024
+        ok = growth < RSS_LIMIT_MIB and out["acks"] == n_memory + 2000
+        if not ok:
+            missed.append("memory")
+        print(
+            f"\npeak RSS growth, serve() with a journal and on_outcome, {n_memory:,} items,"
+            f" fresh process: {growth:.2f} MiB (target < {RSS_LIMIT_MIB:g} MiB)"
+            f" {'PASS' if ok else 'MISS'}; {n_memory / out['seconds'] / 1000:.1f}k items/s"
+        )
     load = os.getloadavg()
     print(f"\nload average at the end: {load[0]:.2f}")
     print("MISSED: " + ", ".join(missed) if missed else "all targets met")

@@ -106,7 +106,7 @@ async def test_a_failed_commit_fails_the_service(
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(journal_module.JournalSession, "_commit", broken)
-    with pytest.raises(JournalError, match="could not record items: disk I/O error"):
+    with pytest.raises(JournalError, match=r"could not record \d+ item\(s\): disk I/O error"):
         await serve(range(5), checked, window=2, key=str, journal=tmp_path / "j.db", signals=())
 
 

@@ -20,7 +20,7 @@ import errno
 import os
 import sqlite3
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, Literal, final
@@ -36,8 +36,9 @@ __all__ = [
     "JournalEntry",
     "JournalError",
     "JournalSession",
+    "ErrorRow",
+    "OkRow",
     "RecordedError",
-    "Row",
     "error_row",
     "ok_row",
 ]
@@ -73,22 +74,35 @@ _COLUMNS = (
 
 # A finished item is never written over; an error only by a later outcome of
 # the same key (rerun_errors=True, or a second service on the same journal).
-_UPSERT = f"""
-INSERT INTO items ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+# Successes, the common row, bind only non-NULL values: sqlite3 adapts a
+# None parameter through its slow path.
+_UPSERT_OK = """
+INSERT INTO items (key, status, attempts, value, value_format, started, finished)
+VALUES (?, 'ok', ?, ?, ?, ?, ?)
 ON CONFLICT (key) DO UPDATE SET
-    status = excluded.status, attempts = excluded.attempts,
-    error_type = excluded.error_type, error_message = excluded.error_message,
-    traceback = excluded.traceback, value = excluded.value,
-    value_format = excluded.value_format, started = excluded.started,
-    finished = excluded.finished
+    status = 'ok', attempts = excluded.attempts, error_type = NULL, error_message = NULL,
+    traceback = NULL, value = excluded.value, value_format = excluded.value_format,
+    started = excluded.started, finished = excluded.finished
+WHERE items.status != 'ok'
+"""
+_UPSERT_ERROR = """
+INSERT INTO items (key, status, attempts, error_type, error_message, traceback, value,
+                   value_format, started, finished)
+VALUES (?, 'error', ?, ?, ?, ?, 'null', 'json', ?, ?)
+ON CONFLICT (key) DO UPDATE SET
+    status = 'error', attempts = excluded.attempts, error_type = excluded.error_type,
+    error_message = excluded.error_message, traceback = excluded.traceback, value = 'null',
+    value_format = 'json', started = excluded.started, finished = excluded.finished
 WHERE items.status != 'ok'
 """
 
 _LOOKUP = f"SELECT {_COLUMNS} FROM items WHERE key = ?"
 _STATUS = "SELECT status FROM items WHERE key = ?"
 
-Row = tuple[str, str, int, str | None, str | None, str | None, str, str, float, float]
-"""One row as written: the columns of ``items`` in order."""
+OkRow = tuple[str, int, str, str, float, float]
+"""A success as written: key, attempts, value, value format, started, finished."""
+ErrorRow = tuple[str, int, str, str, str, float, float]
+"""A failure as written: key, attempts, error type, message, traceback, started, finished."""
 
 Synchronous = Literal["normal", "full"]
 
@@ -193,28 +207,17 @@ def type_name(error: BaseException) -> str:
 
 def ok_row(
     key: str, attempts: int, value: tuple[str, ValueFormat], started: float, finished: float
-) -> Row:
+) -> OkRow:
     """The row of an item that succeeded; ``value`` comes from ``encode_value``."""
-    return (key, "ok", attempts, None, None, None, value[0], value[1], started, finished)
+    return (key, attempts, value[0], value[1], started, finished)
 
 
 def error_row(
     key: str, attempts: int, error: BaseException, started: float, finished: float
-) -> Row:
+) -> ErrorRow:
     """The row of an item whose last attempt raised ``error``."""
     text = "".join(traceback.format_exception(error))
-    return (
-        key,
-        "error",
-        attempts,
-        type_name(error),
-        str(error),
-        text,
-        "null",
-        "json",
-        started,
-        finished,
-    )
+    return (key, attempts, type_name(error), str(error), text, started, finished)
 
 
 def _refuse(path: Path, problem: str) -> JournalError:
@@ -320,8 +323,12 @@ class Journal:
 
     # -- writing ---------------------------------------------------------------------
 
-    def open(self) -> JournalSession:
+    def open(self, *, on_commit: Committed | None = None, backlog: int = 1024) -> JournalSession:
         """Create the journal if needed and open it for a service.
+
+        Args:
+            on_commit: See :class:`JournalSession`.
+            backlog: See :class:`JournalSession`.
 
         Raises:
             OSError: the file or its directory cannot be created or written
@@ -348,7 +355,7 @@ class Journal:
         except BaseException:
             writer.close()
             raise
-        return JournalSession(self, reader, writer)
+        return JournalSession(self, reader, writer, on_commit=on_commit, backlog=backlog)
 
 
 def _connect(path: Path, synchronous: str, *, check_same_thread: bool) -> sqlite3.Connection:
@@ -398,39 +405,66 @@ def _initialize(db: sqlite3.Connection, path: Path) -> None:
         raise _refuse(path, f"cannot open it as a journal: {exc}") from None
 
 
-class _Batch:
-    """Rows waiting for one commit, and the workers waiting for it."""
+class Batch:
+    """Rows waiting for one commit; ``done`` is set once it is committed."""
 
-    __slots__ = ("done", "error", "rows")
+    __slots__ = ("done", "errors", "oks")
 
     def __init__(self) -> None:
-        self.rows: list[Row] = []
+        self.oks: list[OkRow] = []
+        self.errors: list[ErrorRow] = []
         self.done = trio.Event()
-        self.error: BaseException | None = None
+
+    def __len__(self) -> int:
+        return len(self.oks) + len(self.errors)
+
+
+Committed = Callable[[int, int], None]
 
 
 class JournalSession:
     """A journal opened by a service: lookups on the trio thread, grouped commits off it.
 
-    Rows go into the pending group; the writer task commits the group in a
-    worker thread as soon as the previous commit is done, so the rows that
-    arrive while one commit runs make up the next one. A commit holds as
-    many rows as arrived meanwhile (group commit): one row when items are
-    rare, hundreds when they pour in, and a slow fsync delays only the rows
-    in its own group, never the trio thread.
+    Rows go into the pending batch; the writer task commits it in a worker
+    thread as soon as the previous commit is done, so the rows that arrive
+    while one commit runs make up the next one (group commit): one row when
+    items are rare, hundreds when they pour in. A slow fsync delays only the
+    rows of its own batch, never the trio thread.
+
+    Whoever adds a row decides whether to wait for its commit
+    (:meth:`committed`): a service acknowledging items upstream must; one
+    that does not need not, and only waits when :attr:`backlogged` rows pile
+    up, which keeps memory bounded.
+
+    Args:
+        journal: What was opened.
+        reader: The connection for lookups, used on the trio thread only.
+        writer: The connection the worker threads commit with.
+        on_commit: Called on the trio thread after each commit with the
+            number of successes and failures it made durable.
+        backlog: How many uncommitted rows make :attr:`backlogged` true.
     """
 
     def __init__(
-        self, journal: Journal, reader: sqlite3.Connection, writer: sqlite3.Connection
+        self,
+        journal: Journal,
+        reader: sqlite3.Connection,
+        writer: sqlite3.Connection,
+        *,
+        on_commit: Committed | None = None,
+        backlog: int = 1024,
     ) -> None:
         self.journal = journal
         self._reader = reader
         self._lookups = reader.cursor()
         self._writer = writer
-        self._pending = _Batch()
+        self._pending = Batch()
         self._writing = False
         self._wake = trio.lowlevel.ParkingLot()
         self._closed = False
+        self._on_commit = on_commit
+        self._backlog = backlog
+        self._broken: BaseException | None = None
 
     def status(self, key: str) -> str | None:
         """``"ok"`` or ``"error"`` when ``key`` is recorded, else None.
@@ -446,57 +480,86 @@ class JournalSession:
         row = self._lookups.execute(_LOOKUP, (key,)).fetchone()
         return None if row is None else JournalEntry.from_row(row)
 
-    async def record(self, row: Row) -> None:
-        """Add ``row`` to the next commit and return once that commit is done.
-
-        Raises:
-            JournalError: the commit failed (the disk is full, say); the row
-                is not recorded.
-        """
+    def add_ok(self, row: OkRow) -> Batch:
+        """Queue a success for the next commit; returns the batch it joined."""
         batch = self._pending
-        batch.rows.append(row)
+        batch.oks.append(row)
         if not self._writing:
             self._wake.unpark()
-        await batch.done.wait()
-        if batch.error is not None:
-            raise JournalError(
-                f"{self.journal.path}: could not record items: {batch.error}"
-            ) from batch.error
+        return batch
 
-    def _commit(self, rows: list[Row]) -> None:
+    def add_error(self, row: ErrorRow) -> Batch:
+        """Queue a failure for the next commit; returns the batch it joined."""
+        batch = self._pending
+        batch.errors.append(row)
+        if not self._writing:
+            self._wake.unpark()
+        return batch
+
+    @property
+    def backlogged(self) -> bool:
+        """Whether so many rows wait for a commit that whoever adds more should wait too."""
+        return len(self._pending) >= self._backlog
+
+    async def committed(self, batch: Batch) -> None:
+        """Return once ``batch`` is committed.
+
+        A failed commit ends the writer task with a :class:`JournalError`,
+        which fails the service and cancels this wait.
+        """
+        await batch.done.wait()
+
+    def _commit(self, batch: Batch) -> None:
         db = self._writer
         db.execute("BEGIN IMMEDIATE")
         try:
-            db.executemany(_UPSERT, rows)
+            # Errors first: should one key have both in a batch, the
+            # success is written last and stays.
+            if batch.errors:
+                db.executemany(_UPSERT_ERROR, batch.errors)
+            if batch.oks:
+                db.executemany(_UPSERT_OK, batch.oks)
         except BaseException:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
 
     async def _flush(self) -> None:
-        batch, self._pending = self._pending, _Batch()
+        batch, self._pending = self._pending, Batch()
         self._writing = True
         try:
-            # Not abandoned on cancellation: a commit that has begun ends
-            # before the service does, and its waiters hear how it went.
-            await trio.to_thread.run_sync(self._commit, batch.rows)
+            # Shielded: rows taken from the pending batch are committed, even
+            # when the service is being cancelled (they belong to items that
+            # finished); a commit is short, or its busy timeout ends it.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._commit, batch)
         except Exception as exc:
-            batch.error = exc
+            self._broken = exc
+            raise JournalError(
+                f"{self.journal.path}: could not record {len(batch)} item(s): {exc}"
+            ) from exc
         finally:
             self._writing = False
-            batch.done.set()
+        if self._on_commit is not None:
+            self._on_commit(len(batch.oks), len(batch.errors))
+        batch.done.set()
 
     async def run_writer(self) -> None:
-        """Commit pending rows until cancelled; then commit what is left, shielded."""
+        """Commit pending rows until cancelled; then commit what is left, shielded.
+
+        Raises:
+            JournalError: a commit failed (the disk is full, say); the
+                service must stop, since nothing more can be recorded.
+        """
         try:
             while True:
-                if not self._pending.rows:
+                if not self._pending:
                     await self._wake.park()
                     continue
                 await self._flush()
         finally:
-            with trio.CancelScope(shield=True):
-                if self._pending.rows:
+            if self._pending and self._broken is None:
+                with trio.CancelScope(shield=True):
                     await self._flush()
 
     def close(self) -> None:

@@ -65,7 +65,7 @@ class _ServeCollector:
         )
         yield GaugeMetricFamily(
             f"{prefix}_in_flight", "Items running or waiting for their journal commit.",
-            total.running,
+            total.in_flight,
         )  # fmt: skip
         yield GaugeMetricFamily(f"{prefix}_services", "serve() calls running now.", live)
         assert total.histogram is not None

@@ -275,15 +275,21 @@ async def serve(
         signals=signals, grace=grace, on_outcome=on_outcome, on_stats=on_stats,
         stats_interval=stats_interval, trace=trace,
     )  # fmt: skip
-    session = journal.open() if journal is not None else None
+    service = _Service(
+        source, run, window, key, rerun_errors, errors == "raise", retry, rate,
+        timeout, drain, wanted, grace, on_outcome, on_stats, stats_interval, trace,
+    )  # fmt: skip
+    if journal is None:
+        return await service.serve()
+    # Rows wait for their commit only when someone hears about the item
+    # (on_outcome); otherwise up to a backlog of them may, which keeps
+    # memory bounded by the window and a constant.
+    session = journal.open(on_commit=service.committed, backlog=max(_BACKLOG, window))
+    service.session = session
     try:
-        return await _Service(
-            source, run, window, key, session, rerun_errors, errors == "raise", retry, rate,
-            timeout, drain, wanted, grace, on_outcome, on_stats, stats_interval, trace,
-        ).serve()  # fmt: skip
+        return await service.serve()
     finally:
-        if session is not None:
-            session.close()
+        session.close()
 
 
 class _Service(Generic[T]):
@@ -295,7 +301,6 @@ class _Service(Generic[T]):
         run: Callable[[T], Awaitable[Any]],
         window: int,
         key: Callable[[T], str] | None,
-        session: JournalSession | None,
         rerun_errors: bool,
         raise_errors: bool,
         retry: Retry | None,
@@ -313,7 +318,7 @@ class _Service(Generic[T]):
         self.run = run
         self.window = window
         self.key = key
-        self.session = session
+        self.session: JournalSession | None = None
         self.rerun_errors = rerun_errors
         self.raise_errors = raise_errors
         self.retry = retry
@@ -459,18 +464,25 @@ class _Service(Generic[T]):
             logger.warning(
                 "%s failed after %d attempt(s): %r", self.label(item, name), attempts, error
             )
-            if session is not None:
-                assert name is not None
-                await session.record(error_row(name, attempts, error, started, started + duration))
-            tally.failed += 1
-        else:
-            if session is not None:
-                assert name is not None
-                await session.record(
-                    ok_row(name, attempts, encode_value(value), started, started + duration)
-                )
-            tally.ok += 1
         tally.observe(duration)
+        if session is None:
+            if error is None:
+                tally.ok += 1
+            else:
+                tally.failed += 1
+        else:
+            # Counted once committed (see committed()), not before.
+            assert name is not None
+            finished = started + duration
+            if error is None:
+                batch = session.add_ok(
+                    ok_row(name, attempts, encode_value(value), started, finished)
+                )
+            else:
+                batch = session.add_error(error_row(name, attempts, error, started, finished))
+            tally.pending += 1
+            if self.on_outcome is not None or session.backlogged:
+                await session.committed(batch)
         if self.debug:
             logger.debug(
                 "%s %s after %d attempt(s) in %.3f s",
@@ -496,6 +508,13 @@ class _Service(Generic[T]):
             return f"item {name}"
         text = repr(item)
         return f"item {text if len(text) <= 60 else text[:57] + '...'}"
+
+    def committed(self, ok: int, failed: int) -> None:
+        """The journal made ``ok`` successes and ``failed`` failures durable."""
+        tally = self.tally
+        tally.pending -= ok + failed
+        tally.ok += ok
+        tally.failed += failed
 
     # -- the whole service ---------------------------------------------------------------
 
@@ -599,6 +618,7 @@ class _Service(Generic[T]):
                     await result
 
 
+_BACKLOG = 1024  # uncommitted rows before a service without on_outcome waits
 _CUT: Any = object()  # attempt()'s answer for an item a drain cut short
 
 

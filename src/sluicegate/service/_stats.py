@@ -44,6 +44,7 @@ class Tally:
         "failed",
         "histogram",
         "ok",
+        "pending",
         "retried",
         "running",
         "seconds",
@@ -52,6 +53,7 @@ class Tally:
 
     def __init__(self, *, histogram: bool) -> None:
         self.running = 0
+        self.pending = 0  # finished, waiting for their journal commit
         self.ok = 0
         self.failed = 0
         self.skipped = 0
@@ -63,7 +65,12 @@ class Tally:
     @property
     def pulled(self) -> int:
         """Items taken from the source: every one is running, finished, skipped or cut."""
-        return self.running + self.ok + self.failed + self.skipped + self.cut
+        return self.running + self.pending + self.ok + self.failed + self.skipped + self.cut
+
+    @property
+    def in_flight(self) -> int:
+        """Items running or waiting for their journal commit."""
+        return self.running + self.pending
 
     def observe(self, seconds: float) -> None:
         """Count one item's duration (when a histogram is kept)."""
@@ -151,7 +158,7 @@ class Snapshots:
         stats = ServeStats(
             elapsed_s=now - self._start,
             interval_s=interval,
-            in_flight=tally.running,
+            in_flight=tally.in_flight,
             pulled=tally.pulled,
             ok=tally.ok,
             failed=tally.failed,
@@ -168,7 +175,7 @@ class Snapshots:
         return stats
 
 
-_COUNTERS = ("running", "ok", "failed", "skipped", "retried", "cut", "seconds")
+_COUNTERS = ("running", "pending", "ok", "failed", "skipped", "retried", "cut", "seconds")
 
 
 class _Registry:
