@@ -31,39 +31,27 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import os
 import json
+import os
 import platform
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import attrs
 import trio
 
 import sluicegate
+
+# The baseline, the no-op run and the measuring loop are bench/run.py's, so
+# both benchmarks judge against the same loop (bench/ is not a package; run
+# as a script, this file's folder is on sys.path).
+from run import WINDOW, Case, agen, baseline, check, measure, noop, print_table
 from sluicegate.service import Journal, Retry
 from sluicegate.service._retry import attempt
-
-WINDOW = 64
-
-Case = Callable[[int], Awaitable[None]]
-
-
-async def noop(item: int) -> int:
-    await trio.sleep(0)  # noqa: ASYNC115 - what user code writes
-    return item
-
-
-async def agen(n: int) -> AsyncIterator[int]:
-    for i in range(n):
-        yield i
 
 
 def filled_channel(n: int) -> trio.MemoryReceiveChannel[int]:
@@ -72,37 +60,6 @@ def filled_channel(n: int) -> trio.MemoryReceiveChannel[int]:
         send.send_nowait(i)
     send.close()
     return receive
-
-
-async def baseline(source: Any, run: Callable[[int], Awaitable[Any]], window: int) -> int:
-    """The loop most trio code starts with: a CapacityLimiter place, a pull, a task per item.
-
-    The same shape as ``bench/run.py``'s baseline (a place is taken before
-    each pull, the end-of-stream pull included); it counts results instead
-    of keeping them, as a service would.
-    """
-    limiter = trio.CapacityLimiter(window)
-    done = 0
-
-    async def one(item: int, token: object) -> None:
-        nonlocal done
-        try:
-            await run(item)
-            done += 1
-        finally:
-            limiter.release_on_behalf_of(token)
-
-    async with trio.open_nursery() as nursery:
-        while True:
-            token = object()
-            await limiter.acquire_on_behalf_of(token)
-            try:
-                item = await anext(source)
-            except StopAsyncIteration:
-                limiter.release_on_behalf_of(token)
-                break
-            nursery.start_soon(one, item, token)
-    return done
 
 
 class Journals:
@@ -122,10 +79,10 @@ class Journals:
 
 def make_cases(journals: Journals) -> dict[str, Case]:
     async def c_baseline(n: int) -> None:
-        assert await baseline(agen(n), noop, WINDOW) == n
+        assert len(await baseline(agen(n), noop, WINDOW)) == n
 
     async def c_baseline_channel(n: int) -> None:
-        assert await baseline(filled_channel(n), noop, WINDOW) == n
+        assert len(await baseline(filled_channel(n), noop, WINDOW)) == n
 
     async def c_run_stream(n: int) -> None:
         assert len(await sluicegate.run_stream(filled_channel(n), noop, window=WINDOW)) == n
@@ -158,14 +115,14 @@ def make_cases(journals: Journals) -> dict[str, Case]:
 
     return {
         "baseline (nursery + CapacityLimiter)": c_baseline,
-        "baseline, memory channel source": c_baseline_channel,
+        "baseline, memory channel": c_baseline_channel,
         "run_stream, memory channel": c_run_stream,
-        "open_stream(ordered=False), memory channel": c_open_stream,
+        "open_stream(ordered=False), channel": c_open_stream,
         "serve(), no journal": c_serve(),
         "serve(), key=str, no journal": c_serve(key=str),
         "serve(), journal": c_serve(key=str, journal="normal"),
         "serve(), journal, on_outcome": c_serve(key=str, journal="normal", acknowledge=True),
-        'serve(), journal synchronous="full"': c_serve(key=str, journal="full"),
+        'serve(), journal "full"': c_serve(key=str, journal="full"),
         'serve(), journal "full", on_outcome': c_serve(key=str, journal="full", acknowledge=True),
     }
 
@@ -264,86 +221,6 @@ def retry_cases() -> dict[str, Case]:
     }
 
 
-# -- measuring ----------------------------------------------------------------------
-
-
-def time_case(case: Case, n: int) -> tuple[float, float]:
-    """Wall-clock and CPU seconds of one run of ``case`` over ``n`` items."""
-
-    async def main() -> tuple[float, float]:
-        cpu = time.process_time()
-        start = time.perf_counter()
-        await case(n)
-        return time.perf_counter() - start, time.process_time() - cpu
-
-    gc.collect()
-    return trio.run(main)
-
-
-@attrs.define
-class Row:
-    name: str
-    items: int
-    times: list[float] = attrs.Factory(list)
-    cpu: list[float] = attrs.Factory(list)
-
-    @property
-    def rate(self) -> float:
-        return self.items / statistics.median(self.times)
-
-    @property
-    def cpu_rate(self) -> float:
-        return self.items / statistics.median(self.cpu)
-
-    @property
-    def us(self) -> float:
-        return statistics.median(self.times) / self.items * 1e6
-
-    @property
-    def cpu_us(self) -> float:
-        return statistics.median(self.cpu) / self.items * 1e6
-
-
-def measure(cases: dict[str, Case], n: int, repeats: int) -> dict[str, Row]:
-    rows = {name: Row(name, n) for name in cases}
-    names = list(cases)
-    for case in cases.values():  # warm-up
-        time_case(case, min(n, 2000))
-    for rep in range(repeats):
-        shift = rep % len(names)
-        for name in names[shift:] + names[:shift]:
-            wall, cpu = time_case(cases[name], n)
-            rows[name].times.append(wall)
-            rows[name].cpu.append(cpu)
-    return rows
-
-
-def print_rows(title: str, rows: dict[str, Row], base: Row, targets: dict[str, float]) -> list[str]:
-    print(f"\n{title}")
-    header = (
-        f"  {'case':<44} {'items/s':>9} {'us/item':>8} {'cpu us':>7} {'vs base':>8}"
-        f" {'cpu vs b':>8}  {'target':<8} result"
-    )
-    print(header)
-    print("  " + "-" * (len(header) - 2))
-    missed = []
-    for row in rows.values():
-        goal = targets.get(row.name)
-        verdict = ""
-        if goal is not None:
-            ok = row.rate / base.rate >= goal
-            cpu_ok = row.cpu_rate / base.cpu_rate >= goal
-            verdict = f"{'PASS' if ok else 'MISS'} (cpu {'PASS' if cpu_ok else 'MISS'})"
-            if not ok:
-                missed.append(row.name)
-        print(
-            f"  {row.name:<44} {row.rate / 1000:>8.1f}k {row.us:>8.2f} {row.cpu_us:>7.2f}"
-            f" {row.rate / base.rate:>7.2f}x {row.cpu_rate / base.cpu_rate:>7.2f}x"
-            f"  {'' if goal is None else f'>={goal:g}x':<8} {verdict}"
-        )
-    return missed
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
@@ -375,22 +252,23 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         journals.cleanup()
     base = rows["baseline (nursery + CapacityLimiter)"]
-    missed = print_rows(
+    check(rows["serve(), no journal"], base, 2.0, "baseline")
+    check(rows["serve(), journal"], base, 1.5, "baseline")
+    print_table(
         f"no-op items from a filled memory channel (baseline: async generator), {n:,} items",
-        rows,
+        rows.values(),
         base,
-        {"serve(), no journal": 2.0, "serve(), journal": 1.5},
     )
+    missed = [row.name for row in rows.values() if row.ok is False]
     if not args.no_retry:
         rrows = measure(retry_cases(), n_retry, repeats)
-        print_rows(
+        bare = rrows["bare call (no retry)"]
+        print_table(
             f"one successful call through each retry loop, {n_retry:,} calls"
             " (vs base: against the bare call)",
-            rrows,
-            rrows["bare call (no retry)"],
-            {},
+            rrows.values(),
+            bare,
         )
-        bare = rrows["bare call (no retry)"]
         print("  added cost per successful call:")
         for name, row in rrows.items():
             if row is not bare:

@@ -709,3 +709,43 @@ async def test_prometheus_collector_reads_counters_at_scrape_time() -> None:
     assert set(seen_in_flight) == {1.0}
     assert sample("test_serve_in_flight") == 0
     assert b"test_serve_item_duration_seconds_bucket" in generate_latest(registry)
+
+
+async def test_a_trace_recorder_sees_every_item() -> None:
+    events: list[tuple[str, object]] = []
+
+    class Recorder:
+        def pulled(self, index: int, item: object, /) -> None:
+            events.append(("pulled", item))
+
+        def started(self, index: int, /) -> None:
+            events.append(("started", index))
+
+        def finished(self, index: int, error: BaseException | None, /) -> None:
+            events.append(("finished", index))
+
+        def marked(self, what: str, /) -> None:
+            events.append(("marked", what))
+
+    await serve(range(5), fail_on_threes, window=2, trace=Recorder(), signals=())
+    assert sorted(item for kind, item in events if kind == "pulled") == list(range(5))
+    assert sum(kind == "finished" for kind, _ in events) == 5
+    assert ("marked", "close") in events
+
+
+async def test_a_rate_limit_shared_with_run_stream_bounds_both(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limit = RateLimit(10)
+    starts: list[float] = []
+
+    async def note(n: int) -> int:
+        starts.append(trio.current_time())
+        return n
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: serve(range(10), note, window=2, rate=limit, signals=()))
+        nursery.start_soon(lambda: sluicegate.run_stream(range(10), note, window=2, rate=limit))
+    starts.sort()
+    assert len(starts) == 20
+    assert starts[-1] == pytest.approx(1.9)
