@@ -749,3 +749,9 @@ async def test_a_rate_limit_shared_with_run_stream_bounds_both(
     starts.sort()
     assert len(starts) == 20
     assert starts[-1] == pytest.approx(1.9)
+
+
+async def test_errors_raise_without_a_journal() -> None:
+    with pytest.raises(ValueError, match="3 is a multiple of three") as caught:
+        await serve(range(1, 10), fail_on_threes, window=1, errors="raise", signals=())
+    assert any("item 2" in note for note in caught.value.__notes__)

@@ -28,7 +28,7 @@ import trio
 from .._runner import BindsRun, Drain, Pacer, Recorder, _check_arguments, open_stream
 from .._util import sole_exception
 from ._convert import encode_value
-from ._journal import Journal, JournalSession, error_row, ok_row
+from ._journal import Journal, JournalEntry, JournalSession, error_row, ok_row
 from ._retry import CutShort, Retry, attempt
 from ._signals import DEFAULT_SIGNALS, drain_on_signals
 from ._stats import ServeStats, Snapshots, Tally, registry
@@ -383,13 +383,18 @@ class _Service(Generic[T]):
         session = self.session
         if session is not None:
             assert name is not None
-            status = session.status(name)
+            entry: JournalEntry | None = None
+            if self.on_outcome is None and not self.values_matter:
+                status = session.status(name)  # the cheaper query
+            else:
+                entry = session.entry(name)
+                status = None if entry is None else "ok" if entry.ok else "error"
             if status is not None and (status == "ok" or not self.rerun_errors):
                 # No schedule point since this worker pulled the item, so the
                 # token it took is still the limiter's latest: refund exactly.
                 if self.rate is not None:
                     self.rate.refund()
-                return await self.skip(item, session, name)
+                return await self.skip(item, name, entry)
         tally = self.tally
         tally.running += 1
         value = _CUT
@@ -403,14 +408,13 @@ class _Service(Generic[T]):
                 tally.cut += 1
         return None if value is _CUT else value
 
-    async def skip(self, item: T, session: JournalSession, name: str) -> Any:
+    async def skip(self, item: T, name: str, entry: JournalEntry | None) -> Any:
+        """Hand on a recorded outcome; ``entry`` is there when someone hears it."""
         self.tally.skipped += 1
         if self.debug:
             logger.debug("item %s skipped: the journal holds it", name)
-        if self.on_outcome is None and not self.values_matter:
+        if entry is None:
             return None
-        entry = session.entry(name)
-        assert entry is not None  # a finished item is never written over
         if self.on_outcome is not None:
             await self.on_outcome(
                 ServedItem(item, name, entry.ok, entry.value, entry.error, entry.attempts,
