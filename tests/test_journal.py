@@ -80,6 +80,9 @@ def test_an_sqlite_file_of_something_else_is_refused(tmp_path: Path) -> None:
         db.execute("CREATE TABLE accounts (id INTEGER)")
     with pytest.raises(JournalError, match="not a sluicegate journal"):
         Journal(path).open()
+    with sqlite3.connect(path) as db:  # refused untouched
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        assert db.execute("SELECT name FROM sqlite_schema").fetchall() == [("accounts",)]
     with pytest.raises(JournalError, match="not a sluicegate journal"):
         Journal(path).counts()
 

@@ -386,8 +386,10 @@ def _check_identity(db: sqlite3.Connection, path: Path, *, empty_ok: bool) -> No
 
 def _initialize(db: sqlite3.Connection, path: Path) -> None:
     try:
-        # WAL first: it cannot change inside a transaction, and readers (the
-        # CLI) then never wait for the service's writes.
+        # Refuse someone else's database before changing anything in it.
+        _check_identity(db, path, empty_ok=True)
+        # WAL before the transaction (it cannot change inside one); readers
+        # (the CLI) then never wait for the service's writes.
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("BEGIN IMMEDIATE")
         try:
