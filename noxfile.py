@@ -1,4 +1,11 @@
-"""Developer sessions: ``nox -s tests lint typecheck docs bench``."""
+"""Developer sessions: ``nox -s tests lint typecheck docs bench``.
+
+``nox`` alone runs the four gates CI runs (everything but ``bench``); see
+CONTRIBUTING.md. Floors (coverage, typed API) are judged by ``.ci/floors.py``,
+the same script ``.ci/run`` calls.
+"""
+
+import os
 
 import nox
 
@@ -8,12 +15,23 @@ nox.options.reuse_existing_virtualenvs = True
 
 @nox.session
 def tests(session: nox.Session) -> None:
+    """The test suite under coverage (subprocesses included), held to 95% lines / 90% branches.
+
+    ``nox -s tests -- -k runner`` passes arguments to pytest; the floors are
+    only judged on a full run.
+    """
     session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs)
+    env = {"SLUICEGATE_HYPOTHESIS_PROFILE": os.environ.get("SLUICEGATE_HYPOTHESIS_PROFILE", "ci")}
+    session.run("coverage", "erase")
+    session.run("coverage", "run", "-m", "pytest", *session.posargs, env=env)
+    session.run("coverage", "combine", "--quiet")
+    if not session.posargs:
+        session.run("python", ".ci/floors.py", "coverage")
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
@@ -21,18 +39,30 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    # sluicegate.testing builds on Hypothesis, which the test extra brings.
-    session.install("-e", ".[test]", "mypy")
-    session.run("mypy", "--strict", "src")
+    """mypy --strict on src and tests, and pyright --verifytypes (95% floor)."""
+    # The tests import Hypothesis, pytest and the optional engines: the test
+    # extra brings them, the dev extra mypy and pyright.
+    session.install("-e", ".[test,dev]")
+    session.run("mypy", "--strict", "src", "tests")
+    session.run("python", ".ci/floors.py", "types")
 
 
 @nox.session
 def docs(session: nox.Session) -> None:
+    """mkdocs build --strict: a warning fails it."""
     session.install("-e", ".[docs]")
-    session.run("mkdocs", "build", "--strict", "--site-dir", session.create_tmp() + "/site")
+    session.run(
+        "mkdocs",
+        "build",
+        "--strict",
+        "--site-dir",
+        session.create_tmp() + "/site",
+        env={"NO_MKDOCS_2_WARNING": "1"},
+    )
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
+    """The runner against its peers, printed as ratios (not a gate)."""
     session.install("-e", ".[bench]")
     session.run("python", "bench/run.py", *session.posargs)

@@ -5,20 +5,22 @@ answers right is followed by a harder one (one more digit); a wrong answer
 ends that line of questioning. Work grows while the run goes, so the total
 the progress display shows grows too; ``-n`` caps it. The eval reports each
 right rollout to ``on_complete``, so with ``-r 2`` a ladder can branch.
+Run it as a script to evaluate it from Python, or point the command at it:
 
     sluicegate eval examples/adaptive.py:env -n 12 -r 2
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
-import tempfile
 from collections.abc import Sequence
 
 import trio
 
 from sluicegate import SampleSource, Task
+from sluicegate.eval import evaluate
 
 
 def question(digits: int, rng: random.Random) -> Task:
@@ -63,8 +65,6 @@ env = Adder()
 
 
 if __name__ == "__main__":
-    from sluicegate.cli import main
-
-    with tempfile.TemporaryDirectory() as out:
-        argv = ["eval", f"{__file__}:env", "-n", "5", "--display", "plain"]
-        sys.exit(main([*argv, "-o", f"{out}/run"]))
+    # At most five tasks; the files go to runs/ under the current directory.
+    report = trio.run(functools.partial(evaluate, env, num_tasks=5, display="plain"))
+    sys.exit(report.exit_status)

@@ -1,19 +1,21 @@
 """A static taskset: 20 sums with known answers, run by a "model" that is wrong now and then.
 
-Run it as a script for a short self-contained eval, or point the command at it:
+Run it as a script for a short evaluation from Python (its files go to
+``runs/`` under the current directory), or point the command at it:
 
     sluicegate eval examples/arithmetic.py:env -n 10 -r 3 -c 4
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
-import tempfile
 
 import trio
 
 from sluicegate import Task, Taskset
+from sluicegate.eval import evaluate
 
 
 class Sums(Taskset[Task]):
@@ -45,8 +47,7 @@ env = Arithmetic()
 
 
 if __name__ == "__main__":
-    from sluicegate.cli import main
-
-    with tempfile.TemporaryDirectory() as out:
-        argv = ["eval", f"{__file__}:env", "-n", "5", "-r", "2", "--display", "plain"]
-        sys.exit(main([*argv, "-o", f"{out}/run"]))
+    # Five tasks, two rollouts each; the plain display ends with the output directory.
+    run = functools.partial(evaluate, env, num_tasks=5, rollouts=2, display="plain")
+    report = trio.run(run)
+    sys.exit(report.exit_status)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import json
 import os
@@ -30,7 +31,8 @@ from sluicegate.campaign import (
     run_campaign,
 )
 from sluicegate.campaign._freeze import JobCodeError, check_job_function
-from sluicegate.campaign._scheduler import _locked
+from sluicegate.campaign._launch import child_alive
+from sluicegate.campaign._outdir import locked
 
 D = Decimal
 FAKE_JOB = Path(__file__).parent / "campaign_jobs" / "fakejob.py"
@@ -52,6 +54,14 @@ async def wait_for_files(*paths: str | Path) -> None:
     with trio.fail_after(PATIENCE_S):
         # Another process makes them, so there is no trio event to wait on.
         while not _all_exist(paths):  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
+async def wait_for_gone(lock: Path) -> None:
+    """Wait until no process holds a child's ``lock`` (it has died); fail after PATIENCE_S."""
+    with trio.fail_after(PATIENCE_S):
+        # A signalled process dies in its own time, and is not our child.
+        while child_alive(lock):  # noqa: ASYNC110
             await trio.sleep(0.01)
 
 
@@ -118,7 +128,8 @@ class Env:
     def write_plan(self, candidates: list[dict[str, Any]], **fields: Any) -> Path:
         plan: dict[str, Any] = {
             "name": "camp",
-            "target": 10,
+            # As many as there are candidates: a larger one warns.
+            "target": len(candidates),
             "max_parallel": 2,
             "max_spend": "50",
             "job": "fakejob:run",
@@ -134,6 +145,11 @@ class Env:
         return await run_campaign(
             self.plan_path, self.out, self.ledger_path, observer=watch, drain_poll_interval=0.02
         )
+
+    def scope(self, *below: str) -> tuple[str, ...]:
+        """The campaign's ledger scope (its name and the id in campaign.json), and below."""
+        manifest = json.loads((self.out / "campaign.json").read_text())
+        return (manifest["plan"]["name"], manifest["id"], *below)
 
     def runs(self) -> list[str]:
         path = Path(self.path("runs.log"))
@@ -183,6 +199,40 @@ async def test_async_jobs_and_bad_outcomes(env: Env) -> None:
     assert "cost must be a non-negative Decimal" in (report.row("b").reason or "")
 
 
+async def test_a_cost_the_ledger_cannot_record_blocks_that_job_and_the_campaign_goes_on(
+    env: Env,
+) -> None:
+    gate = env.path("gate")
+    env.write_plan(
+        [
+            {"key": "big", "reservation": "2", "options": {"cost": "1e20", "gate": gate}},
+            {"key": "ok", "options": {"cost": "0.5", "gate": gate}},
+            {"key": "later", "options": {"cost": "0.25"}},
+            {"key": "stage", "options": {"stages": [["build", "1e20", "0"]]}},
+        ],
+        max_parallel=2,
+    )
+    watch = Watch()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(env.run, watch)
+        await watch.until(lambda r: r.running == 2)  # both hold a reservation
+        env.open_gate("gate")
+    report = watch.reports[-1]
+    assert statuses(report) == {
+        "big": "blocked",
+        "ok": "verified",
+        "later": "verified",
+        "stage": "blocked",
+    }
+    assert "AmountTooLarge" in (report.row("stage").reason or "")
+    big = report.row("big")
+    assert "the ledger cannot record" in (big.reason or "") and "1E+20" in (big.reason or "")
+    assert big.cost == D("2")  # held to its dispatch reservation
+    assert report.stop_reason == "panel_exhausted"
+    assert report.spent == D("2.75") and report.held == 0
+    assert (await env.run()).rows == report.rows  # a rerun reads it again, calmly
+
+
 async def test_class_limit_holds_while_a_later_cpu_candidate_starts(env: Env) -> None:
     gate = env.path("gate")
     env.write_plan(
@@ -193,7 +243,7 @@ async def test_class_limit_holds_while_a_later_cpu_candidate_starts(env: Env) ->
             {"key": "c2", "options": {"gate": gate}},
         ],
         max_parallel=3,
-        class_limits={"gpu": 1},
+        class_limits={"gpu": 1, "cpu": 2},
     )
     watch = Watch()
     async with trio.open_nursery() as nursery:
@@ -276,7 +326,7 @@ async def test_an_overrun_blocks_later_dispatch(env: Env) -> None:
     assert report.row("a").cost == D("7")
     assert statuses(report) == {"a": "verified", "b": "pending"}
     assert report.stop_reason == "budget_exhausted"
-    assert env.ledger.usage(("camp",)).remaining == D("-1")
+    assert env.ledger.usage(env.scope()).remaining == D("-1")
 
 
 async def test_uncertain_keeps_its_hold_stops_dispatch_until_reconciled(env: Env) -> None:
@@ -323,7 +373,7 @@ async def test_open_stage_reservations_or_a_raising_job(env: Env) -> None:
     assert "left 1 stage reservation(s) open" in (report.row("a").reason or "")
     assert "boom" in (report.row("b").reason or "")
     assert "RuntimeError: boom" in (env.out / "jobs" / "b" / "stderr.log").read_text()
-    assert env.ledger.usage(("camp", "a")).uncertain == D("1.5")
+    assert env.ledger.usage(env.scope("a")).uncertain == D("1.5")
 
 
 async def test_drain_lets_running_jobs_finish_and_sticks(env: Env) -> None:
@@ -344,7 +394,7 @@ async def test_drain_lets_running_jobs_finish_and_sticks(env: Env) -> None:
     again = await env.run()
     assert again.stop_reason == "drained" and again.pending == ("c", "d")
     (env.out / "drain-request.json").unlink()
-    assert (await env.run()).stop_reason == "panel_exhausted"
+    assert (await env.run()).stop_reason == "target_reached"
 
 
 _CONTROLLER = """
@@ -354,40 +404,46 @@ trio.run(run_campaign, sys.argv[1], sys.argv[2], sys.argv[3])
 """
 
 
-async def test_resume_after_the_controller_is_killed(env: Env) -> None:
-    runs = env.path("runs.log")
-    env.write_plan(
-        [
-            {
-                "key": k,
-                "options": {
-                    "runs": runs,
-                    "gate": env.path(f"gate-{k}"),
-                    "started": env.path(f"started-{k}"),
-                },
-            }
-            for k in "abc"
-        ],
-        max_parallel=2,
+def gated(env: Env, key: str, **options: object) -> dict[str, object]:
+    """A candidate that logs its run, says it started, and waits at its own gate."""
+    options.update(
+        runs=env.path("runs.log"),
+        gate=env.path(f"gate-{key}"),
+        started=env.path(f"started-{key}"),
     )
+    return {"key": key, "options": options}
+
+
+async def kill_controller_once_running(env: Env, *keys: str) -> None:
+    """Start a controller in a process and SIGKILL it once ``keys`` run with a pid."""
     args = [str(env.plan_path), str(env.out), str(env.ledger_path)]
     controller = await trio.lowlevel.open_process([sys.executable, "-c", _CONTROLLER, *args])
     try:
-        await wait_for_files(env.path("started-a"), env.path("started-b"))
+        await wait_for_files(*(env.path(f"started-{k}") for k in keys))
+        with trio.fail_after(PATIENCE_S):
+            # The report names each child's pid soon after its launch.
+            while any(read_report(env.out).row(k).pid is None for k in keys):  # noqa: ASYNC110
+                await trio.sleep(0.01)
     finally:
         controller.kill()
         await controller.wait()
+
+
+async def test_resume_after_the_controller_is_killed(env: Env) -> None:
+    env.write_plan([gated(env, k) for k in "abc"], max_parallel=2)
+    await kill_controller_once_running(env, "a", "b")
     assert statuses(read_report(env.out)) == {"a": "running", "b": "running", "c": "pending"}
     # Child a finishes on its own after the controller died; child b dies without a result.
     env.open_gate("gate-a")
     await wait_for_files(env.out / "jobs" / "a" / "result.json")
     os.kill(int(_read(env.path("started-b"))), signal.SIGKILL)
+    await wait_for_gone(env.out / "jobs" / "b" / "child.lock")
 
     report = await env.run()
     assert statuses(report) == {"a": "verified", "b": "uncertain", "c": "pending"}
     assert "controller stopped" in (report.row("b").reason or "")
     assert report.stop_reason == "reconciliation_required"
-    states = {r.scope[1]: r.state for r in env.ledger.reservations(("camp",))}
+    states = {r.scope[-1]: r.state for r in env.ledger.reservations(env.scope())}
     assert states == {"a": "settled", "b": "uncertain"}
     assert sorted(env.runs()) == ["a", "b"]  # nothing ran twice, nothing new started
 
@@ -396,6 +452,30 @@ async def test_resume_after_the_controller_is_killed(env: Env) -> None:
     final = await env.run()
     assert statuses(final) == {"a": "verified", "b": "blocked", "c": "verified"}
     assert sorted(env.runs()) == ["a", "b", "c"]
+
+
+async def test_two_directories_with_one_plan_name_record_every_cost(env: Env) -> None:
+    # Measured before the fix: the jobs really spent 5 against a cap of 3, and
+    # the ledger showed 3 (directory B settled A's live holds at 0).
+    runs = env.path("runs.log")
+    env.write_plan(
+        [gated(env, k, cost="1") for k in "ab"]
+        + [{"key": k, "options": {"runs": runs, "cost": "1"}} for k in "cde"],
+        max_spend="3",
+        max_parallel=2,
+    )
+    out_a, out_b = env.out, env.root / "out-b"
+    await kill_controller_once_running(env, "a", "b")
+    env.open_gate("gate-a")
+    env.open_gate("gate-b")
+    await wait_for_files(out_a / "jobs" / "a" / "result.json", out_a / "jobs" / "b" / "result.json")
+    env.out = out_b
+    b = await env.run()
+    env.out = out_a
+    a = await env.run()
+    real = D(len(env.runs()))
+    assert env.ledger.usage(("camp",)).settled == real
+    assert a.spent <= 3 and b.spent <= 3
 
 
 async def test_stale_job_code_and_changed_plans_are_refused(env: Env) -> None:
@@ -422,8 +502,8 @@ async def test_a_reservation_made_just_before_a_crash_is_released(env: Env) -> N
     assert (await env.run()).stop_reason == "target_reached"
     # As if a controller reserved for b and died before recording it: no
     # child can have started, since the report is written before any launch.
-    orphan = env.ledger.reserve(("camp", "b"), D("2"), note="dispatch")
-    stage = env.ledger.reserve(("camp", "a", "x"), D("1"), note="stage x")
+    orphan = env.ledger.reserve(env.scope("b"), D("2"), note="dispatch")
+    stage = env.ledger.reserve(env.scope("a", "x"), D("1"), note="stage x")
     assert (await env.run()).pending == ("b",)
     states = {r.id: (r.state, r.actual) for r in env.ledger.reservations(("camp",))}
     assert states[orphan] == ("settled", D(0))
@@ -451,7 +531,7 @@ async def test_an_earlier_report_counts_as_prior(env: Env) -> None:
 async def test_one_controller_per_directory(env: Env) -> None:
     env.write_plan([{"key": "a"}])
     env.out.mkdir()
-    with _locked(env.out), pytest.raises(CampaignLocked):
+    with locked(env.out), pytest.raises(CampaignLocked):
         await env.run()
     assert not (env.out / "report.json").exists()
 
@@ -466,6 +546,39 @@ async def test_missing_ledger_and_bad_plan_fail_before_any_work(env: Env) -> Non
     assert any("plan.target" in p for p in info.value.problems)
     assert any("plan.candidates[0].reservation" in p for p in info.value.problems)
     assert not env.out.exists()
+
+
+@pytest.mark.parametrize("job", ["nosuchpackage:run", "fakejob.missing:run", "fakejob:nofunc"])
+async def test_a_missing_job_is_refused_leaving_nothing_behind(env: Env, job: str) -> None:
+    env.write_plan([{"key": "a"}], job=job)
+    with pytest.raises(CampaignError, match=job.split(":")[0].split(".")[-1]):
+        await env.run()
+    assert not env.out.exists()
+    assert env.ledger.scopes()[1:] == []  # nor any ledger scope
+
+
+async def test_an_unreachable_target_warns_at_start(env: Env) -> None:
+    env.write_plan([{"key": "a"}, {"key": "b"}], target=5)
+    with pytest.warns(UserWarning, match=r"target 5 cannot be reached: .* 2 distinct key"):
+        report = await env.run()
+    assert report.verified == 2 and report.stop_reason == "panel_exhausted"
+
+
+def test_the_campaign_example_uses_only_public_names() -> None:
+    examples = Path(__file__).resolve().parent.parent / "examples" / "campaign"
+    for path in sorted(examples.glob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name.startswith("sluicegate"):
+                    private = [part for part in name.split(".") if part.startswith("_")]
+                    assert not private, f"{path.name} imports {name}"
 
 
 async def test_child_logs_are_private(env: Env) -> None:

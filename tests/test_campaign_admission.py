@@ -4,6 +4,7 @@ The real child process is covered by test_campaign.py; here the scheduler's
 promises are checked on every report of many generated campaigns: the window
 and class limits, target slots, the budget cap, no dispatch once a candidate
 is uncertain, no key run twice, and a stop reason that matches the end state.
+Then :class:`Admission` alone, over a panel and an in-memory budget.
 """
 
 from __future__ import annotations
@@ -16,13 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
+import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sluicegate.campaign import Ledger, Outcome, Report, run_campaign
+from sluicegate import Drain
+from sluicegate.campaign import Candidate, Ledger, Outcome, Plan, Report, Row, run_campaign
+from sluicegate.campaign._admission import Admission
 from sluicegate.campaign._convert import load_json, write_json_atomic
 from sluicegate.campaign._job import JobRequest, JobResult
+from sluicegate.campaign._panel import Panel
 
 FAKE_JOB = Path(__file__).parent / "campaign_jobs" / "fakejob.py"
 ENDINGS = ("verified", "generated_unverified", "blocked", "uncertain", "crash")
@@ -40,6 +46,8 @@ class Spec:
 
 class FakeChild:
     """Stands in for a child process: 'runs' the job during wait()."""
+
+    pid = 1  # never signalled: terminate() and kill() only record
 
     def __init__(self, request: JobRequest, spec: Spec, runs: list[str]) -> None:
         self.returncode: int | None = None
@@ -85,6 +93,7 @@ specs = st.builds(
 )
 
 
+@pytest.mark.filterwarnings("ignore:target .* cannot be reached")
 @settings(
     max_examples=20,
     deadline=None,
@@ -105,7 +114,9 @@ def test_admission_keeps_every_rule(
     reports: list[Report] = []
     runs: list[str] = []
 
-    async def spawn(command: list[str], cwd: Path, stdout: int, stderr: int) -> FakeChild:
+    async def spawn(
+        command: list[str], cwd: Path, stdout: int, stderr: int, lock: int
+    ) -> FakeChild:
         request = load_json(command[-1], JobRequest)
         return FakeChild(request, by_key[request.key], runs)
 
@@ -118,7 +129,7 @@ def test_admission_keeps_every_rule(
             "name": "camp",
             "target": target,
             "max_parallel": max_parallel,
-            "class_limits": {"gpu": gpu_limit},
+            "class_limits": {"gpu": gpu_limit, "cpu": 3},
             "max_spend": str(max(cap, max(s.reservation for s in panel))),
             "job": "fakejob:run",
             "job_path": "src",
@@ -179,3 +190,151 @@ def test_admission_keeps_every_rule(
         assert final.stop_reason == "budget_exhausted"
         room = cap - usage.used
         assert all(by_key[k].reservation > room for k in final.pending)
+
+
+# -- admission alone: a panel, an in-memory budget, no ledger, no processes ------------
+
+
+class Budget:
+    """Reservations against one cap, in memory."""
+
+    def __init__(self, cap: Decimal) -> None:
+        self.cap = cap
+        self.held: dict[int, Decimal] = {}
+        self.released: list[int] = []
+
+    async def reserve(self, candidate: Candidate) -> int | None:
+        await trio.lowlevel.checkpoint()
+        if sum(self.held.values(), Decimal(0)) + candidate.reservation > self.cap:
+            return None
+        rid = len(self.held) + len(self.released) + 1
+        self.held[rid] = candidate.reservation
+        return rid
+
+    async def release(self, rid: int) -> None:
+        self.held.pop(rid)
+        self.released.append(rid)
+
+
+def _panel(candidates: list[Candidate], target: int, **limits: int) -> Panel:
+    plan = Plan(
+        name="p",
+        target=target,
+        max_parallel=9,
+        max_spend=Decimal(100),
+        job="m:f",
+        candidates=tuple(candidates),
+        class_limits=limits,
+    )
+    rows = {c.key: Row(c.key, "pending", resource_class=c.resource_class) for c in candidates}
+    return Panel(plan, (), rows)
+
+
+def _admission(panel: Panel, budget: Budget, drain: Drain | None = None) -> Admission:
+    async def record(row: Row) -> None:
+        panel.set(row)
+
+    return Admission(
+        panel,
+        drain or Drain(),
+        reserve=budget.reserve,
+        release=budget.release,
+        record=record,
+    )
+
+
+def _finish(panel: Panel, key: str, status: str = "verified") -> None:
+    panel.set(attrs.evolve(panel[key], status=status))
+
+
+async def test_admission_walks_the_panel_in_order_within_class_limits() -> None:
+    c = Candidate
+    one = Decimal(1)
+    panel = _panel(
+        [c("g1", one, resource_class="gpu"), c("g2", one, resource_class="gpu"), c("x", one)],
+        target=3,
+        gpu=1,
+    )
+    admission = _admission(panel, Budget(Decimal(10)))
+    source = admission.candidates()
+    assert (await source.__anext__()).key == "g1"
+    # g2 waits for the GPU class; the unclassed x further down goes first.
+    assert (await source.__anext__()).key == "x"
+    assert panel.running_by_class() == {"gpu": 1, "-": 1}
+    async with trio.open_nursery() as nursery:
+        got: list[str] = []
+
+        async def pull() -> None:
+            got.append((await source.__anext__()).key)
+
+        nursery.start_soon(pull)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []  # nothing admissible: it waits for the panel to change
+        _finish(panel, "g1")
+    assert got == ["g2"]
+    _finish(panel, "x")
+    _finish(panel, "g2")
+    with pytest.raises(StopAsyncIteration):
+        await source.__anext__()
+    assert admission.end_reason == "target_reached"
+
+
+async def test_target_slots_count_running_jobs_and_unverified_ones_free_theirs() -> None:
+    panel = _panel([Candidate(k, Decimal(1)) for k in "abc"], target=1)
+    admission = _admission(panel, Budget(Decimal(10)))
+    source = admission.candidates()
+    assert (await source.__anext__()).key == "a"
+    assert admission.next_candidate() is None  # 0 verified + 1 running = target
+    _finish(panel, "a", "blocked")
+    assert (await source.__anext__()).key == "b"
+    _finish(panel, "b")
+    with pytest.raises(StopAsyncIteration):
+        await source.__anext__()
+    assert admission.end_reason == "target_reached" and panel["c"].status == "pending"
+
+
+async def test_a_refused_candidate_is_skipped_then_tried_after_a_completion() -> None:
+    panel = _panel(
+        [Candidate("a", Decimal(3)), Candidate("big", Decimal(5)), Candidate("s", Decimal(1))],
+        target=3,
+    )
+    budget = Budget(Decimal(6))
+    admission = _admission(panel, budget)
+    source = admission.candidates()
+    assert [(await source.__anext__()).key for _ in range(2)] == ["a", "s"]
+    _finish(panel, "a")
+    budget.held.clear()  # a settled, spending nothing
+    # big was refused before a completion; it is tried again after it.
+    assert (await source.__anext__()).key == "big"
+    _finish(panel, "s")
+    _finish(panel, "big")
+    with pytest.raises(StopAsyncIteration):
+        await source.__anext__()
+
+
+async def test_nothing_running_and_every_pending_refused_is_budget_exhausted() -> None:
+    panel = _panel([Candidate("a", Decimal(5))], target=1)
+    admission = _admission(panel, Budget(Decimal(1)))
+    assert [c async for c in admission.candidates()] == []
+    assert admission.end_reason == "budget_exhausted"
+
+
+async def test_a_drain_during_the_reservation_gives_it_back() -> None:
+    panel = _panel([Candidate("a", Decimal(1))], target=1)
+    drain = Drain()
+    budget = Budget(Decimal(5))
+
+    calls = []
+
+    async def reserve_then_drain(candidate: Candidate) -> int | None:
+        calls.append(candidate.key)
+        assert len(calls) == 1, "reserved again after the drain"
+        rid = await Budget.reserve(budget, candidate)
+        drain.request("test")
+        return rid
+
+    admission = _admission(panel, budget, drain)
+    admission._reserve = reserve_then_drain
+    assert [c async for c in admission.candidates()] == []
+    assert budget.released == [1] and panel["a"].status == "pending"
+    assert admission.end_reason is None  # the campaign says "drained"

@@ -6,6 +6,7 @@ import functools
 import io
 import json
 import signal
+import subprocess
 import sys
 from decimal import Decimal
 from pathlib import Path
@@ -14,9 +15,8 @@ import pytest
 import trio
 from rich.console import Console
 
-from sluicegate.campaign import read_report
-from sluicegate.campaign._scheduler import DRAIN_POLL_S
-from sluicegate.campaign._view import LiveView, render
+from sluicegate.campaign import LiveView, read_report, render
+from sluicegate.campaign._outdir import DRAIN_POLL_S
 from sluicegate.cli import main
 from test_campaign import PATIENCE_S, Env, wait_for_files
 
@@ -48,7 +48,8 @@ def test_run_status_reconcile(env: Env, capsys: pytest.CaptureFixture[str]) -> N
 
     assert main(["campaign", "status", str(env.out)]) == 0
     out = capsys.readouterr().out
-    assert "verified 1/10" in out and "no controller is running" in out
+    assert "verified 1/3" in out and "no controller is running" in out
+    assert f"ledger scope {'/'.join(env.scope())}" in " ".join(out.split())
     assert main(["campaign", "status", str(env.out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stop_reason"] == "reconciliation_required"
 
@@ -155,13 +156,27 @@ def _draining(env: Env) -> bool:
         return False
 
 
+async def _wait_for_text(path: Path, text: str) -> None:
+    with trio.fail_after(PATIENCE_S):
+        # Another process writes it: poll, bounded.
+        while text not in _text(path):  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
 async def _controller_with_signals(env: Env, signals: int) -> tuple[int, str]:
-    """Run `campaign run` in a process, send it ``signals`` SIGINTs once two jobs run."""
+    """Run `campaign run` in a process, send it ``signals`` SIGINTs once two jobs run.
+
+    For a third signal, the jobs ignore SIGTERM, so that it arrives while
+    the controller is still stopping them.
+    """
     gate = env.path("gate")
-    env.write_plan(
-        [{"key": k, "options": {"gate": gate, "started": env.path(f"started-{k}")}} for k in "abc"],
-        max_parallel=2,
-    )
+    candidates = []
+    for k in "abc":
+        options = {"gate": gate, "started": env.path(f"started-{k}")}
+        if signals == 3:
+            options["on_term"] = env.path(f"term-{k}")
+        candidates.append({"key": k, "options": options})
+    env.write_plan(candidates, max_parallel=2)
     paths = [str(env.plan_path), str(env.out), "--ledger", str(env.ledger_path)]
     command = [sys.executable, "-m", "sluicegate", "campaign", "run", *paths, "--no-live"]
     stderr = env.root / "stderr.txt"
@@ -175,9 +190,14 @@ async def _controller_with_signals(env: Env, signals: int) -> tuple[int, str]:
                 # Another process writes the report: poll it, bounded.
                 while not _draining(env):  # noqa: ASYNC110
                     await trio.sleep(0.01)
-            if signals == 2:
-                done.send_signal(signal.SIGINT)
+            if signals == 1:
+                env.open_gate("gate")
             else:
+                done.send_signal(signal.SIGINT)
+            if signals == 3:
+                await wait_for_files(env.path("term-a"), env.path("term-b"))
+                done.send_signal(signal.SIGINT)
+                await _wait_for_text(stderr, "already stopping")
                 env.open_gate("gate")
     return done.returncode, _text(stderr)
 
@@ -208,6 +228,17 @@ async def test_a_second_signal_stops_the_running_jobs(
     assert env.ledger.usage(("camp",)).uncertain == Decimal(2)
 
 
+async def test_a_third_signal_does_not_cut_the_stopping_short(env: Env) -> None:
+    status, stderr = await _controller_with_signals(env, 3)
+    assert status == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    report = read_report(env.out)
+    # The close-out finished: each job ended (with its result, or stopped
+    # after the grace period) and was recorded.
+    assert [r.status for r in report.rows][2] == "pending"
+    assert all(r.status in ("verified", "uncertain") for r in report.rows[:2])
+
+
 def test_render_and_live_view(env: Env) -> None:
     env.write_plan([{"key": "a", "resource_class": "gpu"}], class_limits={"gpu": 2})
     assert run(env, "--live") == 0
@@ -216,9 +247,140 @@ def test_render_and_live_view(env: Env) -> None:
     with LiveView(console) as view:
         view(report)
     shown = console.file.getvalue()  # type: ignore[attr-defined]
-    assert "verified 1/10" in shown
+    assert "verified 1/1" in shown
     plain = Console(file=io.StringIO(), width=200)
     plain.print(render(report, rows=True))
     text = plain.file.getvalue()  # type: ignore[attr-defined]
-    assert "gpu 0/2" in text and "cap 50.00" in text and "panel_exhausted" in text
+    assert "gpu 0/2" in text and "cap 50.00" in text and "target_reached" in text
     assert "a" in text.split("\n")[2]
+
+
+def test_amounts_a_ledger_cannot_store_are_refused_before_any_work(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env.write_plan([{"key": "a"}], max_spend="1e20")
+    assert run(env) == 2
+    err = capsys.readouterr().err
+    assert "the most a ledger can store), got 1E+20 @ plan.max_spend" in err
+    assert "Traceback" not in err
+    assert not env.out.exists() and env.ledger.scopes()[1:] == []
+    env.write_plan([{"key": "a", "options": {"crash": 1}}])
+    assert run(env, "--display", "none") == 3
+    with pytest.raises(SystemExit) as info:
+        main(["campaign", "reconcile", str(env.out), "a", "--as", "blocked", "--cost", "1e20"])
+    assert info.value.code == 2
+    assert "argument --cost: must be at most" in capsys.readouterr().err
+    assert read_report(env.out).row("a").status == "uncertain"
+
+
+def test_displays(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    env.write_plan([{"key": "a", "options": {"reason": "fine"}}, {"key": "b"}], target=3)
+    assert run(env, "--display", "plain") == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert " camp: 2 pending " in lines[0]
+    assert any(line.split(" ", 1)[1].startswith("a: running") for line in lines)
+    assert any("a: verified, cost 0.00 (fine)" in line for line in lines)
+    assert "panel_exhausted" in captured.out  # the final report
+    assert "warning: target 3 cannot be reached" in captured.err
+    for extra in (["--display", "none"], ["--no-live"], ["--live"]):
+        assert run(env, *extra) == 0
+        out = capsys.readouterr().out
+        assert ("panel_exhausted" in out) == (extra != ["--display", "none"]), extra
+
+
+def test_the_display_options_exclude_each_other(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        run(env, "--display", "plain", "--live")
+    assert info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_help_lists_exit_statuses_and_explains_every_argument(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def help_of(*argv: str) -> str:
+        with pytest.raises(SystemExit):
+            main([*argv, "--help"])
+        return capsys.readouterr().out
+
+    for argv in (["campaign"], ["campaign", "run"]):
+        text = help_of(*argv)
+        assert "exit status of `campaign run`:" in text
+        for status in ("0 ", "2 ", "3 ", "130 "):
+            assert f"\n  {status}" in text, (argv, status)
+    text = help_of("campaign", "reconcile")
+    for argument in ("outdir", "key", "--as", "--cost"):
+        line = next(line for line in text.splitlines() if line.strip().startswith(argument))
+        assert len(line.split()) > 1 or argument == "--as", line
+    words = " ".join(text.split())
+    assert "the uncertain candidate's key" in words and "late result.json" in words
+    assert "--display {rich,plain,none}" in help_of("campaign", "run")
+
+
+_WITHOUT_FCNTL = """
+import sys
+sys.modules["fcntl"] = None  # as on a system without it: `import fcntl` fails
+from sluicegate.cli import main
+try:
+    status = main(sys.argv[1:])
+finally:
+    print("campaign imported:", "sluicegate.campaign" in sys.modules, file=sys.stderr)
+sys.exit(status)
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--help"], 0),
+        (["eval", "EXAMPLE:env", "-n", "2", "-o", "OUT", "--display", "none"], 0),
+        (["campaign", "run", "PLAN", "OUT", "--ledger", "LEDGER"], 2),
+    ],
+    ids=["help", "eval", "campaign"],
+)
+def test_help_and_eval_work_without_fcntl(env: Env, argv: list[str], expected: int) -> None:
+    env.write_plan([{"key": "a"}])
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    paths = {
+        "EXAMPLE": str(examples / "arithmetic.py"),
+        "OUT": str(env.out),
+        "PLAN": str(env.plan_path),
+        "LEDGER": str(env.ledger_path),
+    }
+    argv = [
+        paths.get(a.split(":")[0], a) + (":env" if a.startswith("EXAMPLE") else "") for a in argv
+    ]
+    command = [sys.executable, "-c", _WITHOUT_FCNTL, *argv]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=PATIENCE_S)
+    assert done.returncode == expected, done.stderr
+    assert "Traceback" not in done.stderr
+    if argv[0] == "campaign":
+        assert "campaigns need a POSIX system" in done.stderr
+        assert not env.out.exists()
+    else:
+        assert "campaign imported: False" in done.stderr
+    if argv == ["--help"]:
+        assert "campaign" in done.stdout and "ledger" in done.stdout
+
+
+def test_trace_records_each_job_with_how_it_ended(env: Env) -> None:
+    env.write_plan(
+        [
+            {"key": "a"},
+            {"key": "b", "options": {"status": "blocked", "reason": "no"}},
+            {"key": "c"},
+        ],
+        max_parallel=2,
+    )
+    assert run(env, "--display", "none", "--trace") == 0
+    events = json.loads((env.out / "trace.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    jobs = {e["args"]["label"]: e for e in events if e["ph"] == "X"}
+    assert sorted(jobs) == ["a", "b", "c"]
+    assert jobs["a"]["args"]["outcome"] == jobs["c"]["args"]["outcome"] == "ok"
+    assert jobs["b"]["args"]["outcome"] == "error"
+    assert jobs["b"]["args"]["error"] == "blocked"
+    assert {e["tid"] for e in jobs.values()} <= {0, 1}

@@ -75,6 +75,11 @@ def test_a_valid_plan_round_trips(tmp_path: Path) -> None:
         ({"max_spend": "-1"}, "must not be negative, got -1 @ plan.max_spend"),
         ({"candidates": []}, "must not be empty @ plan.candidates"),
         ({"name": "../up"}, "must be letters, digits"),
+        (
+            {"max_spend": "1e20"},
+            "must be at most 9223372036854.775807 (the most a ledger can store), "
+            "got 1E+20 @ plan.max_spend",
+        ),
     ],
 )
 def test_bad_plans_name_the_field(tmp_path: Path, changes: dict[str, Any], expected: str) -> None:
@@ -111,6 +116,15 @@ def test_bad_candidates_name_the_candidate(tmp_path: Path) -> None:
             "3 is above the candidate's max_spend 2 @ plan.candidates[0].reservation",
         ),
         ([{"key": "a b", "reservation": "1"}], "got 'a b' @ plan.candidates[0].key"),
+        (
+            [{"key": "a", "reservation": "1", "max_spend": "1e13"}],
+            "the most a ledger can store), got 1E+13 @ plan.candidates[0].max_spend",
+        ),
+        (
+            [{"key": "a", "reservation": "1", "resource_class": "gpus"}],
+            "'gpus' is not declared in class_limits (declared: 'gpu') "
+            "@ plan.candidates[0].resource_class",
+        ),
     ],
 )
 def test_candidate_rules(tmp_path: Path, candidates: list[object], expected: str) -> None:
@@ -160,3 +174,18 @@ def test_plans_are_values() -> None:
         plan.target = 2  # type: ignore[misc]
     with pytest.raises(KeyError):
         plan.candidate("zz")
+
+
+def test_classes_must_be_declared_and_unclassed_candidates_need_none(tmp_path: Path) -> None:
+    data = plan_data(class_limits={})
+    data["candidates"] = [
+        {"key": "a", "reservation": "1"},
+        {"key": "b", "reservation": "1", "resource_class": "gpu"},
+    ]
+    assert problems(tmp_path, data) == [
+        "'gpu' is not declared in class_limits (declared: none) @ plan.candidates[1].resource_class"
+    ]
+    del data["candidates"][1]
+    path = tmp_path / "ok.json"
+    path.write_text(json.dumps(data))
+    assert load_plan(path).candidates[0].resource_class is None

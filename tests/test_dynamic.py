@@ -64,6 +64,9 @@ class Watched(SampleSource[Any, Any]):
     async def on_complete(self, item: Any, result: Any) -> Sequence[Any] | None:
         return await self.inner.on_complete(item, result)
 
+    async def on_abandoned(self, item: Any) -> None:
+        await self.inner.on_abandoned(item)
+
     def bind_run(
         self,
         run: Callable[[Any], Awaitable[Any]],
@@ -836,3 +839,144 @@ async def test_work_added_after_a_drain_request_does_not_run(
     with trio.fail_after(100):
         results = await run_stream(SampleSource.from_items([0]), run, window=window, drain=drain)
     assert results == [0]
+
+
+# -- abandoned work: on_abandoned() -----------------------------------------------------
+
+
+class Abandons(SampleSource[str, str]):
+    """Records what it hears of; ``more`` maps an item to its follow-ups."""
+
+    def __init__(self, seed: Sequence[str], more: dict[str, list[str]] | None = None) -> None:
+        self.seed = list(seed)
+        self.more = more or {}
+        self.abandoned: list[str] = []
+
+    def initial(self) -> Sequence[str]:
+        return self.seed
+
+    async def on_complete(self, item: str, result: str) -> Sequence[str] | None:
+        return self.more.get(item)
+
+    async def on_abandoned(self, item: str) -> None:
+        self.abandoned.append(item)
+
+
+@pytest.mark.parametrize("window", [1, 2, None])
+async def test_a_drain_reports_every_accepted_item_left_unstarted_once(
+    autojump_clock: Any, window: int | None
+) -> None:
+    drain = Drain()
+
+    async def run(item: str) -> str:
+        if item == "a":
+            drain.request("stop")
+            await trio.sleep(1)
+            enqueue("enqueued late")  # added by a run still finishing
+        else:
+            await trio.sleep(2)
+        return item
+
+    # "a" adds a follow-up too; "b" (if it started) adds one.
+    source = Abandons(["a", "b", "c", "d"], {"a": ["follow-up"], "b": ["b's follow-up"]})
+    results = await run_stream(source, run, window=window, drain=drain)
+    started = set(results)
+    accepted = {"a", "b", "c", "d", "enqueued late", "follow-up"} | (
+        {"b's follow-up"} if "b" in started else set()
+    )
+    assert sorted(source.abandoned) == sorted(accepted - started)
+    assert len(source.abandoned) == len(set(source.abandoned))
+
+
+async def test_a_failure_or_a_cancellation_reports_nothing(autojump_clock: Any) -> None:
+    async def failing(item: str) -> str:
+        if item == "a":
+            await trio.sleep(1)
+            raise ProbeError("a")
+        await trio.sleep(5)
+        return item
+
+    source = Abandons(["a", "b", "c"])
+    with pytest.raises(ProbeError):
+        await run_stream(source, failing, window=2)
+    assert source.abandoned == []
+
+    async def slow(item: str) -> str:
+        await trio.sleep(5)
+        return item
+
+    source = Abandons(["a", "b", "c"])
+    with trio.move_on_after(1):
+        await run_stream(source, slow, window=1, drain=Drain())
+    assert source.abandoned == []
+
+
+async def test_a_drain_then_a_failure_reports_nothing_more(autojump_clock: Any) -> None:
+    drain = Drain()
+
+    async def run(item: str) -> str:
+        if item == "a":
+            await trio.sleep(1)
+            drain.request()
+            await trio.sleep(1)
+            raise ProbeError("after the drain")
+        with trio.CancelScope(shield=True):
+            await trio.sleep(3)  # outlasts the failure, then adds work
+        enqueue("late")
+        return item
+
+    source = Abandons(["a", "b", "c"])
+    with pytest.raises(ProbeError):
+        await run_stream(source, run, window=2, drain=drain)
+    # c was buffered at the drain and reported then; "late" came after the failure.
+    assert source.abandoned == ["c"]
+
+
+async def test_enqueue_is_refused_inside_on_abandoned_and_once_a_drained_stream_is_idle(
+    autojump_clock: Any,
+) -> None:
+    drain = Drain()
+    refused: list[str] = []
+    later = trio.Event()
+
+    async def abandoned(item: str) -> None:
+        try:
+            enqueue("from on_abandoned")
+        except RuntimeError as exc:
+            refused.append(str(exc))
+
+    async with trio.open_nursery() as outer:
+
+        async def linger() -> None:
+            await later.wait()
+            try:
+                enqueue("too late")  # the stream has ended: nobody could hear of it
+            except RuntimeError as exc:
+                refused.append(str(exc))
+
+        async def run(item: str) -> str:
+            drain.request()
+            outer.start_soon(linger)  # a task that outlives its run
+            return item
+
+        source = SampleSource[str, str].from_items(["a", "b"], on_abandoned=abandoned)
+        assert await run_stream(source, run, window=1, drain=drain) == ["a"]
+        later.set()
+    assert len(refused) == 2
+    assert "inside a run" in refused[0]
+    assert "has ended" in refused[1]
+
+
+def test_from_items_checks_on_abandoned() -> None:
+    with pytest.raises(TypeError, match="on_abandoned"):
+        SampleSource.from_items([], on_abandoned=3)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("bad", [-1, True, 2.0, "0"])
+async def test_a_rollout_that_is_not_a_count_is_refused_by_enqueue(bad: Any) -> None:
+    async def run(item: int) -> int:
+        enqueue(item + 1, rollout=bad)
+        return item
+
+    with pytest.raises(ValueError, match="rollout must be an integer of 0 or more"):
+        await run_stream(SampleSource.from_items([1]), run, window=1)

@@ -1,7 +1,8 @@
-"""``sluicegate eval`` as a subprocess: exit statuses, files, SIGKILL + resume, SIGINT.
+"""``sluicegate eval`` as a subprocess: exit statuses, files, kills, signals, closed pipes.
 
-These start real processes, so they are few; each is bounded by a timeout.
-The fixture environment signals its own process at an exact rollout
+These start real processes, so they are few; each runs under
+``timeout -s KILL``. The fixture environment signals its own process at an
+exact rollout, or says when its ``load()`` has started
 (``tests/eval_envs/signals.py``), so no test waits on a timer to see what
 happened.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,19 +19,41 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).parent.parent
-SIGNALS = f"{Path(__file__).parent / 'eval_envs' / 'signals.py'}:env"
-TIMEOUT = 60
+ENVS = Path(__file__).parent / "eval_envs"
+SIGNALS = f"{ENVS / 'signals.py'}:env"
+LIMIT = "60"
+# timeout(1) passes a child's death by a signal on by dying of it too.
+KILLED = (-signal.SIGKILL, 128 + signal.SIGKILL)
 
 
-def sluicegate(tmp_path: Path, *argv: str, **environ: str) -> subprocess.CompletedProcess[str]:
+def command(*argv: str) -> list[str]:
+    return ["timeout", "-s", "KILL", LIMIT, sys.executable, "-m", "sluicegate", "eval", *argv]
+
+
+def environ(**extra: str) -> dict[str, str]:
+    return {**os.environ, **extra}
+
+
+def sluicegate(tmp_path: Path, *argv: str, **extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sluicegate", "eval", *argv],
+        command(*argv),
         cwd=tmp_path,
-        env={**os.environ, **environ},
+        env=environ(**extra),
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
         check=False,
+    )
+
+
+def start(tmp_path: Path, *argv: str, **extra: str) -> subprocess.Popen[str]:
+    """``sluicegate eval`` in the background, its output on pipes."""
+    return subprocess.Popen(
+        command(*argv),
+        cwd=tmp_path,
+        env=environ(**extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -37,8 +61,8 @@ def rows(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
 
-def stop_reason(out: Path) -> str:
-    return str(json.loads((out / "run.json").read_text())["stop_reason"])
+def record(out: Path) -> dict[str, Any]:
+    return json.loads((out / "run.json").read_text())  # type: ignore[no-any-return]
 
 
 def test_exit_statuses_and_files(tmp_path: Path) -> None:
@@ -47,21 +71,18 @@ def test_exit_statuses_and_files(tmp_path: Path) -> None:
     [out] = (tmp_path / "runs").iterdir()  # the default output directory
     assert out.name.endswith("-arithmetic")
     assert len(rows(out)) == 8
-    assert stop_reason(out) == "completed"
-    assert "completed: " in done.stdout  # plain display off a terminal
+    assert record(out)["stop_reason"] == "completed"
+    assert "completed, passed: " in done.stdout  # plain display off a terminal
 
     failed = sluicegate(tmp_path, SIGNALS, "-o", "failed", "--display", "none", EVAL_FAIL_ODD="1")
     assert failed.returncode == 1
-    assert stop_reason(tmp_path / "failed") == "failed"
+    assert record(tmp_path / "failed")["stop_reason"] == "failed"
     assert "--fail-on-error" in failed.stderr
+    assert re.search(r"task (\d+) rollout 0 failed: ValueError: odd task \1\n", failed.stderr)
 
-    usage = sluicegate(tmp_path, f"{ROOT / 'tests' / 'eval_envs' / 'shapes.py'}:no_taskset")
+    usage = sluicegate(tmp_path, f"{ENVS / 'shapes.py'}:no_taskset")
     assert usage.returncode == 2
     assert "no taskset" in usage.stderr
-
-    broken = sluicegate(tmp_path, f"{ROOT / 'tests' / 'eval_envs' / 'shapes.py'}:broken")
-    assert broken.returncode == 1
-    assert "the task file is gone" in broken.stderr
 
     feed = sluicegate(tmp_path, f"{ROOT / 'examples' / 'live_feed.py'}:env", "-o", "feed")
     assert feed.returncode == 2
@@ -73,24 +94,29 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path: Path) -> No
     out = tmp_path / "out"
     argv = (SIGNALS, "-r", "2", "-c", "3", "-o", str(out), "--display", "none")
     killed = sluicegate(tmp_path, *argv, EVAL_KILL_AT="7")
-    assert killed.returncode == -signal.SIGKILL
+    assert killed.returncode in KILLED
     before = rows(out)
     assert 0 < len(before) < 24
-    assert json.loads((out / "run.json").read_text())["stop_reason"] is None
+    assert record(out)["stop_reason"] is None
     # A kill in the middle of a write leaves a torn line; it must not stop the resume.
     with (out / "results.jsonl").open("a") as file:
         file.write('{"task_id": "9", "rollout": 1, "sta')
 
-    resumed = sluicegate(tmp_path, *argv[:-2], "--resume", str(out), "--display", "none")
+    # --resume alone: the target and the flags come from run.json.
+    resumed = sluicegate(tmp_path, "--resume", str(out), "--display", "none")
     assert resumed.returncode == 0, resumed.stderr
     after = rows(out)
     assert after[: len(before)] == before
     keys = [(row["task_id"], row["rollout"]) for row in after if row["status"] == "ok"]
     assert sorted(keys) == sorted((str(t), r) for t in range(1, 13) for r in (0, 1))
-    record = json.loads((out / "run.json").read_text())
-    assert record["stop_reason"] == "completed"
-    assert record["counts"]["resumed"] == len(before)
+    final = record(out)
+    assert final["stop_reason"] == "completed"
+    assert final["counts"]["resumed"] == len(before)
     assert (out / "results.torn").exists()
+    first, second = final["sessions"]
+    assert first["stop_reason"] is None and first["ended_at"] is None  # the killed session
+    assert second["stop_reason"] == "completed"
+    assert final["started_at"] == first["started_at"]
 
 
 def test_sigint_drains_then_exits_130(tmp_path: Path) -> None:
@@ -99,29 +125,68 @@ def test_sigint_drains_then_exits_130(tmp_path: Path) -> None:
         tmp_path, SIGNALS, "-c", "2", "-o", str(out), "--display", "plain", EVAL_SIGINT_AT="3"
     )
     assert done.returncode == 130, done.stderr
-    assert stop_reason(out) == "interrupted"
+    assert record(out)["stop_reason"] == "interrupted"
     ids = sorted(int(row["task_id"]) for row in rows(out))
     # Task 3 was in flight when the signal came, and finished; nothing new started.
     assert 3 in ids
     assert len(ids) < 12
-    assert "draining" in done.stdout
+    assert "draining" in done.stderr
+    assert f"resume with: sluicegate eval --resume {out}" in done.stdout
 
 
-def test_a_second_sigint_cancels(tmp_path: Path) -> None:
+def test_a_second_sigint_cancels_and_later_ones_are_absorbed(tmp_path: Path) -> None:
+    # The rollout keeps signalling until the second SIGINT cancels it, then
+    # sends three more while that cancellation unwinds (breakage 1).
     out = tmp_path / "out"
-    done = sluicegate(
-        tmp_path,
-        SIGNALS,
-        "-c",
-        "2",
-        "-o",
-        str(out),
-        "--display",
-        "none",
-        EVAL_SIGINT_AT="3",
-        EVAL_SIGINT_TWICE="1",
-    )
+    argv = (SIGNALS, "-c", "2", "-o", str(out), "--display", "none")
+    done = sluicegate(tmp_path, *argv, EVAL_SIGINT_AT="3", EVAL_SIGINT_TWICE="1")
     assert done.returncode == 130, done.stderr
-    assert stop_reason(out) == "interrupted"
+    assert "Traceback" not in done.stderr
+    assert record(out)["stop_reason"] == "interrupted"
     # Task 3 never finishes by itself: only the cancellation ended it.
     assert 3 not in {int(row["task_id"]) for row in rows(out)}
+
+
+def test_a_closed_pipe_does_not_stop_the_run(tmp_path: Path) -> None:
+    # `sluicegate eval ... --display plain | head -1` (breakage 2): progress
+    # lines come every 0.5 s while the 12 rollouts take about 2 s in all.
+    out = tmp_path / "out"
+    argv = (SIGNALS, "-c", "1", "-o", str(out), "--display", "plain")
+    with start(tmp_path, *argv, EVAL_SLOW="0.15") as process:
+        assert process.stdout is not None and process.stderr is not None
+        first = process.stdout.readline()
+        process.stdout.close()
+        errors = process.stderr.read()
+    assert "done" in first
+    assert process.returncode == 0, errors
+    assert errors == ""
+    assert record(out)["stop_reason"] == "completed"
+    assert len(rows(out)) == 12
+
+
+def _started_loading(process: subprocess.Popen[str]) -> int:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.startswith("loading "), line
+    return int(line.split()[1])
+
+
+def test_a_kill_or_a_signal_during_load_leaves_nothing_or_a_resumable_run(
+    tmp_path: Path,
+) -> None:
+    # Breakage 3: a kill while load() runs leaves no directory at all; a
+    # SIGTERM drains, so run.json says interrupted and a resume finishes it.
+    argv = (SIGNALS, "-o", "out", "--display", "none")
+    for sig in (signal.SIGKILL, signal.SIGTERM):
+        with start(tmp_path, *argv, EVAL_LOAD_BLOCKS="1") as process:
+            os.kill(_started_loading(process), sig)
+            process.wait()
+        if sig == signal.SIGKILL:
+            assert process.returncode in KILLED
+            assert not (tmp_path / "out").exists()
+        else:
+            assert process.returncode == 130
+            assert record(tmp_path / "out")["stop_reason"] == "interrupted"
+    resumed = sluicegate(tmp_path, "--resume", "out", "--display", "none")
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(rows(tmp_path / "out")) == 12

@@ -6,7 +6,6 @@ durations cost no real time.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from collections.abc import AsyncIterator
@@ -19,10 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluicegate import Task, Taskset
-from sluicegate.eval._cli import config_from_args, register
+from sluicegate.eval import evaluate
 from sluicegate.eval._plan import IdBook
-from sluicegate.eval._run import evaluate
-from sluicegate.eval._target import as_environment
 
 
 @given(
@@ -109,21 +106,22 @@ def test_one_row_per_planned_rollout(
     env = Env()
     env.run = run  # type: ignore[attr-defined]
     with tempfile.TemporaryDirectory() as out:
-        parser = argparse.ArgumentParser()
-        register(parser.add_subparsers())
-        argv = ["eval", "x.py:env", "-o", out, "--display", "none", "-r", str(rollouts)]
-        argv += ["-c", str(concurrency), "--retries", str(retries), "--fail-on-error", "1000"]
-        if num_tasks is not None:
-            argv += ["-n", str(num_tasks)]
-        config = config_from_args(parser.parse_args(argv), "prop")
-        outcome = trio.run(
-            evaluate,
-            config,
-            as_environment(env, "prop"),
-            clock=trio.testing.MockClock(autojump_threshold=0),
-        )
+
+        async def main() -> Any:
+            return await evaluate(
+                env,
+                num_tasks=num_tasks,
+                rollouts=rollouts,
+                concurrency=concurrency,
+                retries=retries,
+                fail_on_error=1000,
+                output_dir=out,
+            )
+
+        outcome = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
         lines = (Path(out) / "results.jsonl").read_text().splitlines()
         rows = [json.loads(line) for line in lines]
+        planned = json.loads((Path(out) / "run.json").read_text())["counts"]["planned"]
     tasks = min(count, num_tasks) if num_tasks is not None else count
     assert outcome.exit_status == 0
     assert sorted((r["task_id"], r["rollout"]) for r in rows) == sorted(
@@ -134,6 +132,6 @@ def test_one_row_per_planned_rollout(
         assert row["status"] == ("error" if bad else "ok")
         assert row["attempts"] == (retries + 1 if bad else 1)
     assert peak <= concurrency
-    assert outcome.record.counts.planned == tasks * rollouts
+    assert planned == tasks * rollouts
     if streaming:
         assert env.taskset.pulls == tasks  # never an (n+1)th

@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluicegate.campaign._ledger import (
+    MAX_AMOUNT,
+    AmountTooLarge,
     BudgetRefused,
     Ledger,
     LedgerError,
@@ -48,6 +50,36 @@ def test_floats_and_negative_amounts_are_refused(ledger: Ledger) -> None:
     with pytest.raises(ValueError, match="non-negative"):
         ledger.reserve(["camp"], D("-1"))
     assert ledger.reservations() == []
+
+
+def test_amounts_beyond_sqlite_integers_are_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    assert to_micros(MAX_AMOUNT) == 2**63 - 1
+    for too_big in (MAX_AMOUNT + D("0.000001"), D("1e20"), D("1E+999999")):
+        with pytest.raises(AmountTooLarge, match="the most a ledger can store"):
+            to_micros(too_big)
+    with pytest.raises(AmountTooLarge):
+        Ledger.create(tmp_path / "big.db", D("1e13"))
+    assert not (tmp_path / "big.db").exists()
+
+    ledger = Ledger.create(tmp_path / "l.db", MAX_AMOUNT)
+    with pytest.raises(AmountTooLarge):
+        ledger.raise_limit(D("1e14"), "more")
+    ledger.open_scope(["c"], None)
+    with pytest.raises(AmountTooLarge):
+        ledger.reserve(["c", "stage"], D("1e20"))
+    a = ledger.reserve(["c", "a"], D("1"))
+    b = ledger.reserve(["c", "b"], D("1"))
+    with pytest.raises(AmountTooLarge):
+        ledger.settle(a, D("1e20"))
+    ledger.settle(a, MAX_AMOUNT - D("1"))  # the ledger's total is exactly full
+    # Each amount fits, but the total would not: SQLite's sum() would overflow.
+    with pytest.raises(AmountTooLarge, match="total above"):
+        ledger.settle(b, D("2"))
+    assert ledger.reservations(["c", "b"])[0].state == "reserved"
+    ledger.settle(b, D("1"))
+    assert ledger.usage().used == MAX_AMOUNT
 
 
 def test_refusal_names_the_scope_without_room(ledger: Ledger) -> None:
@@ -161,6 +193,28 @@ def test_cli_refuses_float_garbage(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         main(["ledger", "init", str(tmp_path / "l.db"), "--limit", "lots"])
     assert not (tmp_path / "l.db").exists()
+
+
+@pytest.mark.parametrize("action", ["init", "raise"])
+def test_cli_refuses_amounts_a_ledger_cannot_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: str
+) -> None:
+    path = str(tmp_path / "l.db")
+    if action == "raise":
+        Ledger.create(path, D("10"))
+    argv = ["ledger", action, path, "--limit", "1e14"]
+    if action == "raise":
+        argv += ["--reason", "more"]
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --limit: must be at most 9223372036854.775807" in err
+    assert "Traceback" not in err
+    if action == "init":
+        assert not (tmp_path / "l.db").exists()
+    else:
+        assert Ledger(path).usage().limit == D("10")
 
 
 _RESERVER = """

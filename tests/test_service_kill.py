@@ -96,7 +96,7 @@ def test_sigkill_at_random_points_then_restart(tmp_path: Path, seed: int) -> Non
             time.sleep(rng.uniform(0, 0.01))
         finally:
             proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=30)
+            proc.communicate(timeout=30)  # reaps it and closes its pipe
     final = start(script, kills, journal, log)
     _, stderr = final.communicate(timeout=120)
     assert final.returncode == 0, stderr.decode()

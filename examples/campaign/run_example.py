@@ -15,9 +15,7 @@ from pathlib import Path
 import trio
 from rich.console import Console
 
-from sluicegate.campaign import Ledger, run_campaign
-from sluicegate.campaign._ledger import format_money
-from sluicegate.campaign._view import render
+from sluicegate.campaign import Ledger, format_money, render, run_campaign
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,7 +32,10 @@ async def main(tmp: Path) -> None:
     # so nothing runs and nothing is spent twice.
     again = await run_campaign(HERE / "plan.json", out, ledger.path)
     assert again.rows == report.rows and again.spent == report.spent
-    usage = ledger.usage(("example-panel",))
+    # The campaign's own scope in the ledger: the plan's name and the id in
+    # OUT/campaign.json (the report names it).
+    assert report.ledger_scope is not None
+    usage = ledger.usage(tuple(report.ledger_scope.split("/")))
     held = usage.reserved + usage.uncertain
     print(f"ledger: settled {format_money(usage.settled)}, still held {format_money(held)}")
 

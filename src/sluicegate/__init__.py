@@ -3,10 +3,12 @@
 The public names live in small private modules and are re-exported here.
 """
 
+from . import _util
 from ._dynamic import SampleSource, enqueue
 from ._runner import Done, Drain, open_stream, run_stream
 from ._take import take
 from ._taskset import FeedTaskset, Task, Taskset
+from ._trace import Timeline
 from .service import (
     RateLimit,
     RecordedError,
@@ -31,6 +33,7 @@ __all__ = [
     "ServedItem",
     "Task",
     "Taskset",
+    "Timeline",
     "drain_on_signals",
     "enqueue",
     "open_stream",
@@ -38,3 +41,5 @@ __all__ = [
     "serve",
     "take",
 ]
+
+_util.fixup_module_metadata(__name__, globals())

@@ -10,7 +10,10 @@ asked for next.
 
 The dispatcher pulls only when a window place is free, so the stream never
 needs to know the window: it only decides *what* to hand out and when to
-wait.
+wait. Everything added passes through the source's admission hook
+(:meth:`SampleSource._admit`) at the moment it is added; an evaluation's
+source makes rollout slots there. After a drain, what was accepted but
+never started goes to :meth:`SampleSource.on_abandoned`.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ class SampleSource(Generic[T, R]):
       of a sequence of items is a ``TypeError`` raised the same way.
     * :func:`~sluicegate.enqueue` works inside runs and ``on_complete``, not
       inside ``initial()`` or ``next()``, which return their items instead.
+    * When a drain closes the stream, :meth:`on_abandoned` hears about every
+      item it had accepted that never started, so nothing waits for them.
 
     A source may be passed to several streams, one after another or at the
     same time; each stream keeps its own buffer and counts. Nothing is kept
@@ -105,6 +110,40 @@ class SampleSource(Generic[T, R]):
         """
         return None
 
+    async def on_abandoned(self, item: T) -> None:
+        """Hear that ``item`` was accepted but will never run: a drain closed the stream first.
+
+        Called once for every such item, whichever way it was added (the
+        seed, :meth:`next`, :meth:`on_complete`, :func:`~sluicegate.enqueue`),
+        including items that runs still finishing add after the drain.
+        Items buffered when the drain closes the stream are reported during
+        that close, which is shielded from cancellation like the rest of
+        close-out, so keep this short: set an event, note the item. Items
+        added later are reported in the task of the run that is finishing.
+        Never called after a failure or a cancellation, which unwind
+        everything. :func:`~sluicegate.enqueue` raises in here: admission is
+        closed. The default does nothing.
+        """
+
+    def _admit(self, items: Iterable[Any], rollout: int | None) -> Iterable[T]:
+        """Turn what a hook or :func:`~sluicegate.enqueue` added into the items to buffer.
+
+        The one admission point of a stream: every addition passes through
+        it at the moment it is added. A plain source buffers the items as
+        they are; an evaluation's source makes rollout slots of them here.
+
+        Raises:
+            RuntimeError: ``rollout`` was given; only an evaluation knows
+                what a rollout is.
+        """
+        if rollout is not None:
+            raise RuntimeError(
+                "sluicegate.enqueue(..., rollout=...) only works inside an evaluation "
+                "(sluicegate eval / sluicegate.eval.evaluate): a plain SampleSource stream "
+                "has no rollouts"
+            )
+        return items
+
     # Without on_complete nothing fixes R, so the result type says Any rather
     # than making every caller spell out SampleSource[T, R].from_items(...).
     @overload
@@ -114,6 +153,7 @@ class SampleSource(Generic[T, R]):
         *,
         next: Callable[[], Awaitable[Sequence[T] | None]] | None = None,
         on_complete: None = None,
+        on_abandoned: Callable[[T], Awaitable[None]] | None = None,
     ) -> SampleSource[T, Any]: ...
 
     @overload
@@ -123,6 +163,7 @@ class SampleSource(Generic[T, R]):
         *,
         next: Callable[[], Awaitable[Sequence[T] | None]] | None = None,
         on_complete: Callable[[T, R], Awaitable[Sequence[T] | None]],
+        on_abandoned: Callable[[T], Awaitable[None]] | None = None,
     ) -> SampleSource[T, R]: ...
 
     @staticmethod
@@ -131,6 +172,7 @@ class SampleSource(Generic[T, R]):
         *,
         next: Callable[[], Awaitable[Sequence[T] | None]] | None = None,
         on_complete: Callable[[T, R], Awaitable[Sequence[T] | None]] | None = None,
+        on_abandoned: Callable[[T], Awaitable[None]] | None = None,
     ) -> SampleSource[T, Any]:
         """Build a source from a seed and optional async callables, without subclassing.
 
@@ -140,17 +182,23 @@ class SampleSource(Generic[T, R]):
                 the source ends once the seed and its follow-ups are done.
             on_complete: An async function ``(item, result)`` standing in for
                 :meth:`on_complete`.
+            on_abandoned: An async function ``(item)`` standing in for
+                :meth:`on_abandoned`.
 
         Returns:
             A new :class:`SampleSource`.
 
         Raises:
-            TypeError: if ``next`` or ``on_complete`` is given but not callable.
+            TypeError: if a callback is given but not callable.
         """
-        for name, fn in (("next", next), ("on_complete", on_complete)):
+        for name, fn in (
+            ("next", next),
+            ("on_complete", on_complete),
+            ("on_abandoned", on_abandoned),
+        ):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be an async callable or None, not {fn!r}")
-        return _ItemsSource(tuple(initial), next, on_complete)
+        return _ItemsSource(tuple(initial), next, on_complete, on_abandoned)
 
     def bind_run(
         self,
@@ -169,7 +217,8 @@ class SampleSource(Generic[T, R]):
                 keeps what is still buffered from running.
             drained: True once admission closed because of a drain (false
                 after a failure or a cancellation ended the stream); see
-                :class:`~sluicegate._runner.BindsRun`.
+                :class:`~sluicegate._runner.BindsRun`. Only then does
+                :meth:`on_abandoned` hear about the items left unstarted.
 
         Returns:
             An async iterator of the items to run, with ``aclose()``, and a
@@ -188,10 +237,12 @@ class _ItemsSource(SampleSource[T, R]):
         initial: tuple[T, ...],
         next: Callable[[], Awaitable[Sequence[T] | None]] | None,
         on_complete: Callable[[T, R], Awaitable[Sequence[T] | None]] | None,
+        on_abandoned: Callable[[T], Awaitable[None]] | None,
     ) -> None:
         self._initial = initial
         self._next = next
         self._on_complete = on_complete
+        self._on_abandoned = on_abandoned
 
     def initial(self) -> Sequence[T]:
         return self._initial
@@ -205,6 +256,10 @@ class _ItemsSource(SampleSource[T, R]):
         if self._on_complete is None:
             return None
         return await self._on_complete(item, result)
+
+    async def on_abandoned(self, item: T) -> None:
+        if self._on_abandoned is not None:
+            await self._on_abandoned(item)
 
     def __repr__(self) -> str:
         return f"<SampleSource.from_items seed={len(self._initial)}>"
@@ -232,10 +287,12 @@ class _SampleStream(Generic[T, R]):
         self._admitting = admitting
         self._drained = drained
         self._buffer: collections.deque[T] = collections.deque()
+        # Accepted items a drain left unstarted, not yet reported to on_abandoned.
+        self._abandoned: collections.deque[T] = collections.deque()
         self._seeded = False
         self._in_flight = 0
         self._source_done = False  # next() has returned None
-        self._ended = False  # __anext__ has reported the end
+        self._ended = False  # no added item could run any more
         self._closed = False
         self._pulling = False
         self._passes = 0
@@ -315,7 +372,10 @@ class _SampleStream(Generic[T, R]):
             else:
                 self._add(more)
 
-    def _add(self, items: Iterable[T]) -> None:
+    def _was_drained(self) -> bool:
+        return self._drained is not None and self._drained()
+
+    def _add(self, items: Iterable[Any], rollout: int | None = None) -> None:
         if isinstance(items, (str, bytes)):
             # Iterating would split it into characters, which is never meant.
             raise TypeError(
@@ -323,20 +383,38 @@ class _SampleStream(Generic[T, R]):
                 f"not the {type(items).__name__} {items!r}"
             )
         if self._closed:
-            # A drain (or a failure) closed the stream while runs were still
-            # finishing: no further work is admitted.
+            # Admission is over. After a drain the items were still accepted,
+            # and the source hears that they will not run; after a failure or
+            # a cancellation everything unwinds and they are dropped.
+            if self._was_drained():
+                self._abandoned.extend(self._source._admit(items, rollout))
             return
         before = len(self._buffer)
-        self._buffer.extend(items)
+        self._buffer.extend(self._source._admit(items, rollout))
         if len(self._buffer) != before:
             self._wakeup.unpark_all()
 
-    def enqueue(self, items: tuple[T, ...]) -> None:
+    def enqueue(self, items: tuple[Any, ...], rollout: int | None = None) -> None:
         if self._ended:
             raise RuntimeError(
                 "enqueue() after its SampleSource stream has ended: the items would never run"
             )
-        self._add(items)
+        self._add(items, rollout)
+
+    async def _report_abandoned(self) -> None:
+        # Outside any run of this stream: an enqueue() in on_abandoned fails
+        # rather than feeding this closed stream or an outer one.
+        token = _current_stream.set(None)
+        try:
+            while self._abandoned:
+                if not self._was_drained():
+                    # A failure followed the drain: it unwinds everything.
+                    self._abandoned.clear()
+                    return
+                await trio.lowlevel.checkpoint_if_cancelled()
+                await self._source.on_abandoned(self._abandoned.popleft())
+        finally:
+            _current_stream.reset(token)
 
     async def run(self, item: T) -> R:
         token = _current_stream.set(self)
@@ -345,18 +423,34 @@ class _SampleStream(Generic[T, R]):
             more = await self._source.on_complete(item, result)
             if more is not None:
                 self._add(more)
+            if self._abandoned:
+                # Work this run (or another) added after a drain closed the
+                # stream: report it here, where a task is still alive to do so.
+                await self._report_abandoned()
             return result
         finally:
             _current_stream.reset(token)
             self._in_flight -= 1
             if self._in_flight == 0:
+                self._idle_after_close()
                 self._wakeup.unpark_all()
 
+    def _idle_after_close(self) -> None:
+        # Closed by a drain with nothing running: no run is left to report
+        # what a lingering task might still add, so enqueue() must refuse it.
+        if self._closed and self._was_drained():
+            self._ended = True
+
     async def aclose(self) -> None:
-        """Stop handing out work and drop what is buffered. Idempotent."""
+        """Stop handing out work; report what is buffered after a drain, or drop it. Idempotent."""
         self._closed = True
+        if self._was_drained():
+            self._abandoned.extend(self._buffer)
         self._buffer.clear()
+        if self._in_flight == 0:
+            self._idle_after_close()
         self._wakeup.unpark_all()
+        await self._report_abandoned()
         await trio.lowlevel.checkpoint()
 
     def __repr__(self) -> str:
@@ -366,25 +460,34 @@ class _SampleStream(Generic[T, R]):
         )
 
 
-def enqueue(*items: Any) -> None:
+def enqueue(*items: Any, rollout: int | None = None) -> None:
     """Add work to the :class:`SampleSource` stream whose run is calling this.
 
     Works at any depth of the run's call stack and from tasks the run spawns.
     The items are buffered after anything added before them and start as soon
-    as window places are free. After a drain has closed the stream they are
-    dropped, as a drain admits no further work.
+    as window places are free. After a drain has closed the stream they do
+    not run: the source's :meth:`~SampleSource.on_abandoned` hears about them.
 
     Args:
         items: The items to add.
+        rollout: In an evaluation only: run exactly this rollout of each
+            task (an int >= 0, which may exceed ``-r``), instead of all of
+            its ``-r`` rollouts. See ``docs/adaptive.md``.
 
     Raises:
+        ValueError: ``rollout`` is not an integer of 0 or more.
         RuntimeError: when not called from inside a run of a ``SampleSource``
-            stream, or when that stream has already ended.
+            stream, when that stream has already ended, or for ``rollout``
+            outside an evaluation.
     """
+    if rollout is not None and (
+        isinstance(rollout, bool) or not isinstance(rollout, int) or rollout < 0
+    ):
+        raise ValueError(f"rollout must be an integer of 0 or more, not {rollout!r}")
     stream = _current_stream.get()
     if stream is None:
         raise RuntimeError(
             "sluicegate.enqueue() must be called from inside a run of a SampleSource "
             "(a run started by run_stream/open_stream with a SampleSource as the source)"
         )
-    stream.enqueue(items)
+    stream.enqueue(items, rollout)

@@ -16,6 +16,8 @@ Options (all optional):
     fail: raise RuntimeError with this message.
     say: text printed to stdout and stderr.
     runs: a file to which the key is appended (one line per run).
+    on_term: a file to create on SIGTERM, which the job then ignores (it goes
+        on waiting at its gate, and ends normally once the gate opens).
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def run(ctx: JobContext) -> Outcome:
     if "say" in opts:
         print(f"out: {opts['say']}")
         print(f"err: {opts['say']}", file=sys.stderr)
+    if "on_term" in opts:
+
+        def noted(signum: int, frame: object) -> None:
+            Path(opts["on_term"]).touch()
+
+        signal.signal(signal.SIGTERM, noted)
     if "started" in opts:
         tmp = Path(opts["started"] + ".tmp")
         tmp.write_text(str(os.getpid()))

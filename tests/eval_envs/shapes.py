@@ -57,3 +57,21 @@ class _BrokenEnv:
 
 
 broken = _BrokenEnv()
+
+
+class _SyncRun:
+    taskset = tasks
+
+    def run(self, task: Any) -> Any:
+        return task
+
+
+sync_run = _SyncRun()
+
+
+class _Duplicates:
+    taskset = Taskset.from_iterable([Task(input=1, id="a"), Task(input=2, id="a")])
+    run = staticmethod(_run)
+
+
+duplicates = _Duplicates()

@@ -5,26 +5,37 @@ pieces are importable for job code and for tools:
 
 * job code receives a :class:`JobContext` (with a :class:`Budget`) and
   returns an :class:`Outcome`;
-* :class:`Ledger` is the shared SQLite budget ledger;
+* :class:`Ledger` is the shared SQLite budget ledger; amounts are
+  :class:`~decimal.Decimal`, at most :data:`MAX_AMOUNT`;
 * :func:`run_campaign`, :func:`request_drain`, :func:`reconcile` and
-  :func:`read_report` are what the command line calls.
+  :func:`read_report` are what the command line calls; :func:`render`,
+  :class:`LiveView` and :func:`format_money` are how it shows a report.
+
+Running a campaign needs a POSIX system (it locks files with ``fcntl``);
+importing this package, reading reports and using a ledger do not.
 """
 
+from .. import _util
 from ._convert import CampaignFileError
 from ._job import Budget, JobContext, Outcome
-from ._ledger import BudgetRefused, Ledger, LedgerError, LedgerMissing
+from ._ledger import (
+    MAX_AMOUNT,
+    AmountTooLarge,
+    BudgetRefused,
+    Ledger,
+    LedgerError,
+    LedgerMissing,
+    format_money,
+)
+from ._outdir import CampaignError, CampaignLocked, read_report, request_drain
 from ._plan import Candidate, Plan, load_plan
 from ._report import Report, Row
-from ._scheduler import (
-    CampaignError,
-    CampaignLocked,
-    read_report,
-    reconcile,
-    request_drain,
-    run_campaign,
-)
+from ._scheduler import reconcile, run_campaign
+from ._view import LiveView, render
 
 __all__ = [
+    "MAX_AMOUNT",
+    "AmountTooLarge",
     "Budget",
     "BudgetRefused",
     "CampaignError",
@@ -35,13 +46,18 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "LedgerMissing",
+    "LiveView",
     "Outcome",
     "Plan",
     "Report",
     "Row",
+    "format_money",
     "load_plan",
     "read_report",
     "reconcile",
+    "render",
     "request_drain",
     "run_campaign",
 ]
+
+_util.fixup_module_metadata(__name__, globals())

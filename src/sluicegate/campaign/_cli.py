@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ._convert import CampaignFileError
-from ._ledger import Ledger, LedgerError, format_money, scope_name
+from ._ledger import Ledger, LedgerError, amount_problem, format_money, scope_name
 
 __all__ = ["register"]
 
@@ -20,6 +21,10 @@ def _money(text: str) -> Decimal:
         raise argparse.ArgumentTypeError(f"not a decimal amount: {text!r}") from None
     if not value.is_finite() or value < 0:
         raise argparse.ArgumentTypeError(f"must be a non-negative amount: {text!r}")
+    # Refused here, before any side effect, rather than by the ledger's SQLite.
+    problem = amount_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 
@@ -85,10 +90,8 @@ def _ledger_raise(args: argparse.Namespace) -> int:
     return 0
 
 
-def _register_ledger(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "ledger", help="create, inspect or raise a budget ledger"
-    )
+def _register_ledger(commands: Any, help: str) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser("ledger", help=help)
     sub = parser.add_subparsers(dest="ledger_command", metavar="ACTION", required=True)
 
     init = sub.add_parser("init", help="create a ledger with a global limit")
@@ -97,11 +100,11 @@ def _register_ledger(commands: Any) -> None:
     init.set_defaults(handler=_ledger_init)
 
     show = sub.add_parser("show", help="print every scope's limit, holds and room")
-    show.add_argument("path")
+    show.add_argument("path", help="the ledger file")
     show.set_defaults(handler=_ledger_show)
 
     up = sub.add_parser("raise", help="raise the global limit, recording why")
-    up.add_argument("path")
+    up.add_argument("path", help="the ledger file")
     up.add_argument("--limit", type=_money, required=True, help="the new, higher limit")
     up.add_argument("--reason", required=True, help="why the limit is raised")
     up.set_defaults(handler=_ledger_raise)
@@ -109,72 +112,101 @@ def _register_ledger(commands: Any) -> None:
 
 # -- campaign -------------------------------------------------------------------
 
-# Exit statuses of `campaign run`: 0 stopped cleanly (target reached, panel
-# exhausted, drained or budget exhausted), 3 reconciliation required, 2 refused
-# to start.
+_EXIT_STATUSES = """\
+exit status of `campaign run`:
+  0    stopped cleanly: target reached, panel or budget exhausted, or drained
+       (by `campaign drain` or a first SIGINT/SIGTERM)
+  2    refused to start: invalid plan or amount, missing plan, ledger or job
+       function, stale code, another controller version, locked directory
+  3    reconciliation required: a job's outcome is unknown (`campaign reconcile`)
+  130  stopped by a second SIGINT/SIGTERM: running jobs were terminated
+the other actions exit 0 on success and 2 when refused.
+"""
+
+_RUN_DESCRIPTION = f"""\
+Run the plan's candidates, each in a fresh `python -I` process, until the
+target is reached or nothing more can be admitted. Rerun the same command to
+continue: finished candidates never run again, and children of a controller
+that died are waited for. The first SIGINT/SIGTERM drains (running jobs
+finish), a second stops the running jobs.
+
+{_EXIT_STATUSES}"""
+
 _RECONCILE_STATUS = 3
+_DISPLAYS = ("rich", "plain", "none")
 
 
 def _campaign_run(args: argparse.Namespace) -> int:
+    import functools
+    import logging
     import signal
 
     import trio
     from rich.console import Console
 
     from .._runner import Drain
+    from .._terminal import messages
+    from ..service import drain_on_signals
+    from ._launch import TERMINATE_GRACE_S
+    from ._outdir import CampaignError
     from ._report import Report
-    from ._scheduler import CampaignError, run_campaign
-    from ._view import LiveView, render
+    from ._scheduler import run_campaign
+    from ._view import LiveView, PlainView, render
 
     console = Console()
-    live = args.live if args.live is not None else console.is_terminal
+    display = args.display or ("rich" if console.is_terminal else "plain")
 
-    async def watch_signals(drain: Drain, scope: trio.CancelScope) -> None:
-        # First signal: drain (running jobs finish); second: stop now, which
-        # terminates the children and leaves them uncertain.
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
-            async for signum in received:
-                name = signal.Signals(signum).name
-                if not drain.requested:
-                    print(
-                        f"sluicegate: {name}: draining; running jobs finish "
-                        "(signal again to stop them now)",
-                        file=sys.stderr,
-                    )
-                    drain.request(name)
-                else:
-                    scope.cancel()
-                    return
+    def on_signal(sig: signal.Signals, count: int) -> None:
+        if count == 1:
+            what = "draining; running jobs finish (signal again to stop them now)"
+        elif count == 2:
+            grace = f"{TERMINATE_GRACE_S:g} s"
+            what = f"stopping the running jobs (SIGTERM, then SIGKILL after {grace})"
+        else:
+            what = "already stopping; waiting for the running jobs to end"
+        print(f"sluicegate: {sig.name}: {what}", file=sys.stderr, flush=True)
 
     refusals = (CampaignError, CampaignFileError, LedgerError, OSError)
     refused: list[BaseException] = []
 
+    async def run(drain: Drain) -> Report:
+        go = functools.partial(
+            run_campaign,
+            args.plan,
+            args.outdir,
+            args.ledger,
+            drain=drain,
+            allow_upgrade=args.allow_upgrade,
+            trace=args.trace,
+        )
+        if display == "rich":
+            with LiveView(console) as view:
+                return await go(observer=view)
+        return await go(observer=PlainView() if display == "plain" else None)
+
     async def main() -> Report | None:
         drain = Drain()
-        report: Report | None = None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch_signals, drain, nursery.cancel_scope)
-            try:
-                if live:
-                    with LiveView(console) as view:
-                        report = await run_campaign(
-                            args.plan, args.outdir, args.ledger, observer=view, drain=drain
-                        )
-                else:
-                    report = await run_campaign(args.plan, args.outdir, args.ledger, drain=drain)
-            except refusals as exc:
-                # Caught here, not around the nursery, to report it as itself.
-                refused.append(exc)
-            nursery.cancel_scope.cancel()
-        return report
+        with trio.CancelScope() as stopped:
+            signals = (signal.SIGINT, signal.SIGTERM)
+            async with drain_on_signals(
+                drain, signals=signals, cancel_scope=stopped, on_signal=on_signal
+            ):
+                try:
+                    return await run(drain)
+                except refusals as exc:
+                    refused.append(exc)
+        return None
 
-    report = trio.run(main)
+    # The campaign says what a signal does itself (on_signal above).
+    with messages("sluicegate campaign", level=logging.ERROR):
+        report = trio.run(main)
     if refused:
         return _error(refused[0])
     if report is None:
         print("sluicegate: stopped; see `sluicegate campaign status`", file=sys.stderr)
         return 130
-    console.print(render(report, rows=True))
+    if display != "none":
+        console.print(render(report, rows=True))
     if report.stop_reason == "reconciliation_required":
         keys = ", ".join(r.key for r in report.rows if r.status == "uncertain")
         print(
@@ -187,7 +219,7 @@ def _campaign_run(args: argparse.Namespace) -> int:
 
 
 def _campaign_drain(args: argparse.Namespace) -> int:
-    from ._scheduler import DRAIN_POLL_S, CampaignError, request_drain
+    from ._outdir import DRAIN_POLL_S, CampaignError, request_drain
 
     try:
         path = request_drain(args.outdir, args.reason)
@@ -204,26 +236,28 @@ def _campaign_status(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from ._convert import dump_json
-    from ._scheduler import CampaignError, is_locked, read_report
+    from ._outdir import CampaignError, is_locked, read_report
     from ._view import render
 
     try:
         report = read_report(args.outdir)
+        locked = is_locked(args.outdir)
     except (CampaignError, CampaignFileError, OSError) as exc:
         return _error(exc)
     if args.json:
         sys.stdout.write(dump_json(report))
         return 0
     console = Console()
-    locked = is_locked(args.outdir)
     console.print(render(report, rows=True, controller=locked))
     state = "a controller is running" if locked else "no controller is running"
-    console.print(f"{state}; report written {report.updated}")
+    scope = f"; ledger scope {report.ledger_scope}" if report.ledger_scope else ""
+    console.print(f"{state}; report written {report.updated}{scope}")
     return 0
 
 
 def _campaign_reconcile(args: argparse.Namespace) -> int:
-    from ._scheduler import CampaignError, reconcile
+    from ._outdir import CampaignError
+    from ._scheduler import reconcile
 
     try:
         report = reconcile(args.outdir, args.key, args.status, args.cost)
@@ -231,57 +265,103 @@ def _campaign_reconcile(args: argparse.Namespace) -> int:
         return _error(exc)
     row = report.row(args.key)
     print(f"{args.key}: {row.status}, cost {format_money(row.cost)}")
+    if row.status == "uncertain":
+        print(f"sluicegate: {args.key} is still uncertain: {row.reason}", file=sys.stderr)
+        return _RECONCILE_STATUS
     return 0
 
 
-def _register_campaign(commands: Any) -> None:
+def _register_campaign(commands: Any, help: str) -> None:
     from pathlib import Path
 
     parser: argparse.ArgumentParser = commands.add_parser(
-        "campaign", help="run isolated batch jobs under classes, a target and a budget"
+        "campaign",
+        help=help,
+        description="Run isolated batch jobs under resource classes, a target and a "
+        "budget ledger (see docs/campaign.md).",
+        epilog=_EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="campaign_command", metavar="ACTION", required=True)
+    outdir_help = "the campaign's output directory (the OUTDIR of `campaign run`)"
 
-    run = sub.add_parser("run", help="run or continue a campaign")
+    run = sub.add_parser(
+        "run",
+        help="run or continue a campaign",
+        description=_RUN_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument("plan", type=Path, help="the plan (JSON)")
     run.add_argument("outdir", type=Path, help="the output directory; rerun to continue")
     run.add_argument("--ledger", type=Path, required=True, help="an existing budget ledger")
+    shown = run.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--display",
+        choices=_DISPLAYS,
+        help="rich: a live view; plain: a line per change; none: nothing but errors "
+        "(default: rich on a terminal, plain otherwise)",
+    )
+    shown.add_argument(
+        "--live", dest="display", action="store_const", const="rich", help="--display rich"
+    )
+    shown.add_argument(
+        "--no-live", dest="display", action="store_const", const="plain", help="--display plain"
+    )
     run.add_argument(
-        "--live",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="show a live view (default: when stdout is a terminal)",
+        "--allow-upgrade",
+        action="store_true",
+        help="continue a campaign started by another sluicegate version or source",
+    )
+    run.add_argument(
+        "--trace",
+        action="store_true",
+        help="record the jobs' timeline: OUTDIR/trace.jsonl as they run, OUTDIR/trace.json "
+        "at the end (see sluicegate plot, report and trace)",
     )
     run.set_defaults(handler=_campaign_run)
 
     drain = sub.add_parser("drain", help="stop admission; running jobs finish")
-    drain.add_argument("outdir", type=Path)
-    drain.add_argument("--reason", default="drain requested")
+    drain.add_argument("outdir", type=Path, help=outdir_help)
+    drain.add_argument("--reason", default="drain requested", help="kept in the drain file")
     drain.set_defaults(handler=_campaign_drain)
 
     status = sub.add_parser("status", help="summarize the last report")
-    status.add_argument("outdir", type=Path)
+    status.add_argument("outdir", type=Path, help=outdir_help)
     status.add_argument("--json", action="store_true", help="print report.json as is")
     status.set_defaults(handler=_campaign_status)
 
-    rec = sub.add_parser("reconcile", help="resolve an uncertain candidate")
-    rec.add_argument("outdir", type=Path)
-    rec.add_argument("key")
+    rec = sub.add_parser(
+        "reconcile",
+        help="resolve an uncertain candidate",
+        description="Say what happened to an uncertain candidate, after looking at its "
+        "logs and work directory (OUTDIR/jobs/KEY). Without --as, the result.json its "
+        "child wrote after the controller lost sight of it is imported.",
+    )
+    rec.add_argument("outdir", type=Path, help=outdir_help)
+    rec.add_argument("key", help="the uncertain candidate's key")
     rec.add_argument(
         "--as",
         dest="status",
-        required=True,
         choices=["verified", "generated_unverified", "blocked"],
+        help="what the job came to; a verified one counts toward the target "
+        "(default: import the job's own late result.json)",
     )
-    rec.add_argument("--cost", type=_money, help="the dispatch's actual cost (default: all of it)")
+    rec.add_argument(
+        "--cost",
+        type=_money,
+        help="the dispatch reservation's actual cost (default: all of it); open stage "
+        "reservations are settled in full",
+    )
     rec.set_defaults(handler=_campaign_reconcile)
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, help: Mapping[str, str]) -> None:
     """Add the ``campaign`` and ``ledger`` subcommands to ``commands``.
 
     Args:
         commands: The top-level parser's subparsers object.
+        help: The one-line help of each (``"campaign"``, ``"ledger"``), as the
+            top-level ``--help`` lists them.
     """
-    _register_ledger(commands)
-    _register_campaign(commands)
+    _register_ledger(commands, help["ledger"])
+    _register_campaign(commands, help["campaign"])

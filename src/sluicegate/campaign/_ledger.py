@@ -17,7 +17,10 @@ Every change runs inside one ``BEGIN IMMEDIATE`` transaction, which takes
 SQLite's write lock before reading, so two processes checking the same limit
 cannot both see the same room. Amounts are :class:`~decimal.Decimal` at the
 API and integer micro-units (1e-6) in the file, rounded up, so that rounding
-never lets spending slip past a limit.
+never lets spending slip past a limit. SQLite stores a signed 64-bit integer,
+so no amount, and no total the ledger keeps, may exceed :data:`MAX_AMOUNT`
+(2**63 - 1 micro-units); anything larger is refused with
+:class:`AmountTooLarge` before it is written.
 
 The operations are short blocking calls. Trio code calls them through
 ``trio.to_thread.run_sync``; job code in a child process calls them directly.
@@ -38,11 +41,14 @@ from typing import Literal
 import attrs
 
 __all__ = [
+    "MAX_AMOUNT",
+    "AmountTooLarge",
     "BudgetRefused",
     "Ledger",
     "LedgerError",
     "LedgerMissing",
     "Reservation",
+    "amount_problem",
     "ScopeUsage",
     "format_money",
     "from_micros",
@@ -50,6 +56,8 @@ __all__ = [
 ]
 
 MICROS = 1_000_000
+# SQLite's INTEGER is a signed 64-bit number.
+MAX_MICROS = 2**63 - 1
 _SCHEMA_VERSION = "1"
 # A writer waits this long for another process's transaction before failing.
 _BUSY_TIMEOUT_S = 60.0
@@ -64,6 +72,10 @@ class LedgerError(Exception):
 
 class LedgerMissing(LedgerError):
     """There is no ledger at the given path."""
+
+
+class AmountTooLarge(LedgerError, ValueError):
+    """An amount, or the total it would bring the ledger to, is more than it can store."""
 
 
 class BudgetRefused(LedgerError):
@@ -85,23 +97,44 @@ class BudgetRefused(LedgerError):
         )
 
 
+def from_micros(micros: int) -> Decimal:
+    """The Decimal for ``micros`` micro-units, exactly."""
+    return Decimal(micros).scaleb(-6).quantize(Decimal("0.000001"))
+
+
+MAX_AMOUNT = from_micros(MAX_MICROS)
+"""The largest amount a ledger can store: 9223372036854.775807."""
+
+
+def amount_problem(amount: Decimal) -> str | None:
+    """Why the ledger cannot store ``amount``, or None if it can.
+
+    Plans and the command line use it to refuse an amount before any work.
+    """
+    if not amount.is_finite() or amount < 0:
+        return f"must be a finite, non-negative amount, got {amount}"
+    # Compared before scaling: a Decimal like 1E+999999 is exact until multiplied.
+    if amount > MAX_AMOUNT:
+        return f"must be at most {MAX_AMOUNT} (the most a ledger can store), got {amount}"
+    return None
+
+
 def to_micros(amount: Decimal) -> int:
     """``amount`` in integer micro-units, rounded up.
 
     Raises:
         TypeError: ``amount`` is not a Decimal (floats are refused on purpose).
+        AmountTooLarge: ``amount`` is above :data:`MAX_AMOUNT`.
         ValueError: ``amount`` is negative or not finite.
     """
     if not isinstance(amount, Decimal):
         raise TypeError(f"amounts are Decimal, not {type(amount).__name__}: {amount!r}")
-    if not amount.is_finite() or amount < 0:
-        raise ValueError(f"amount must be a finite, non-negative Decimal, got {amount}")
+    problem = amount_problem(amount)
+    if problem is not None:
+        if amount.is_finite() and amount > 0:
+            raise AmountTooLarge(f"amount {problem}")
+        raise ValueError(f"amount {problem}")
     return int((amount * MICROS).to_integral_value(rounding=ROUND_CEILING))
-
-
-def from_micros(micros: int) -> Decimal:
-    """The Decimal for ``micros`` micro-units, exactly."""
-    return Decimal(micros).scaleb(-6).quantize(Decimal("0.000001"))
 
 
 def format_money(amount: Decimal | None) -> str:
@@ -485,14 +518,6 @@ class Ledger:
             assert cursor.lastrowid is not None
             return cursor.lastrowid
 
-    def _get(self, db: sqlite3.Connection, reservation: int) -> tuple[str, int]:
-        row = db.execute(
-            "SELECT state, amount FROM reservations WHERE id = ?", (reservation,)
-        ).fetchone()
-        if row is None:
-            raise LedgerError(f"no reservation {reservation} in {self.path}")
-        return row[0], row[1]
-
     def settle(self, reservation: int, actual: Decimal) -> None:
         """Record the actual cost of a reserved or uncertain reservation.
 
@@ -500,11 +525,21 @@ class Ledger:
         stays recorded and leaves every scope it pushes over without room.
 
         Raises:
+            AmountTooLarge: ``actual`` is above :data:`MAX_AMOUNT`, or would
+                bring everything the ledger holds above it; nothing is recorded.
             LedgerError: no such reservation, or it is already settled.
         """
         micros = to_micros(actual)
         with self._write() as db:
-            self._require_open(db, reservation)
+            held = self._require_open(db, reservation)
+            # Every scope's total is at most the global one, so checking it
+            # keeps each sum SQLite computes within its integers.
+            total = sum(self._usage(db, ""))
+            if total - held + micros > MAX_MICROS:
+                raise AmountTooLarge(
+                    f"settling reservation {reservation} at {format_money(actual)} would "
+                    f"bring the ledger's total above {MAX_AMOUNT}, the most it can store"
+                )
             db.execute(
                 "UPDATE reservations SET state = 'settled', actual = ?, updated = ? WHERE id = ?",
                 (micros, _now(), reservation),
@@ -523,10 +558,16 @@ class Ledger:
                 (_now(), reservation),
             )
 
-    def _require_open(self, db: sqlite3.Connection, reservation: int) -> None:
-        state, _ = self._get(db, reservation)
-        if state == "settled":
+    def _require_open(self, db: sqlite3.Connection, reservation: int) -> int:
+        """The amount an open reservation holds, in micro-units."""
+        row = db.execute(
+            "SELECT state, amount FROM reservations WHERE id = ?", (reservation,)
+        ).fetchone()
+        if row is None:
+            raise LedgerError(f"no reservation {reservation} in {self.path}")
+        if row[0] == "settled":
             raise LedgerError(f"reservation {reservation} is already settled")
+        return int(row[1])
 
     def reservations(self, scope: Sequence[str] = ()) -> list[Reservation]:
         """Every reservation at or below ``scope``, oldest first."""

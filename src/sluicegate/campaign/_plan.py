@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from ._convert import FieldProblems, load_json
+from ._ledger import amount_problem
 
 __all__ = ["Candidate", "Plan", "load_plan"]
 
@@ -29,10 +30,14 @@ def _name_problem(field: str, value: object) -> _Problems:
     return [(field, f"{rule}, got {value!r}")]
 
 
-def _negative_problem(field: str, value: Decimal | None) -> _Problems:
-    if value is not None and value < 0:
+def _money_problem(field: str, value: Decimal | None) -> _Problems:
+    if value is None:
+        return []
+    if value < 0:
         return [(field, f"must not be negative, got {value}")]
-    return []
+    # Checked here, before any work: the ledger stores integer micro-units.
+    problem = amount_problem(value)
+    return [] if problem is None else [(field, problem)]
 
 
 def _positive_problem(field: str, value: int) -> _Problems:
@@ -41,10 +46,18 @@ def _positive_problem(field: str, value: int) -> _Problems:
     return []
 
 
+def _class_problem(field: str, name: str | None, limits: dict[str, int]) -> _Problems:
+    # An undeclared class would run without any limit: most likely a typo.
+    if name is None or name in limits:
+        return []
+    declared = ", ".join(repr(n) for n in sorted(limits)) or "none"
+    return [(field, f"{name!r} is not declared in class_limits (declared: {declared})")]
+
+
 def _candidate_problems(candidate: Candidate, where: str) -> _Problems:
     problems = _name_problem(f"{where}.key", candidate.key)
-    problems += _negative_problem(f"{where}.reservation", candidate.reservation)
-    problems += _negative_problem(f"{where}.max_spend", candidate.max_spend)
+    problems += _money_problem(f"{where}.reservation", candidate.reservation)
+    problems += _money_problem(f"{where}.max_spend", candidate.max_spend)
     if candidate.max_spend is not None and candidate.reservation > candidate.max_spend:
         problems.append(
             (
@@ -59,7 +72,7 @@ def _plan_problems(plan: Plan) -> _Problems:
     problems = _name_problem("name", plan.name)
     problems += _positive_problem("target", plan.target)
     problems += _positive_problem("max_parallel", plan.max_parallel)
-    problems += _negative_problem("max_spend", plan.max_spend)
+    problems += _money_problem("max_spend", plan.max_spend)
     if not _JOB.fullmatch(plan.job):
         problems.append(("job", f"must look like 'package.module:function', got {plan.job!r}"))
     for name, limit in plan.class_limits.items():
@@ -69,6 +82,8 @@ def _plan_problems(plan: Plan) -> _Problems:
     seen: dict[str, int] = {}
     for i, candidate in enumerate(plan.candidates):
         problems += _candidate_problems(candidate, f"candidates[{i}]")
+        field = f"candidates[{i}].resource_class"
+        problems += _class_problem(field, candidate.resource_class, plan.class_limits)
         if candidate.key in seen:
             message = f"{candidate.key!r} repeats candidates[{seen[candidate.key]}]"
             problems.append((f"candidates[{i}].key", message))
@@ -88,7 +103,8 @@ class Candidate:
         reservation: Held in the ledger when the job is dispatched (its first
             worker reservation); settled with the cost the job reports.
         max_spend: The candidate scope's own limit, or None for no limit of its own.
-        resource_class: The concurrency class the job counts in (``"gpu"``, say).
+        resource_class: The concurrency class the job counts in (``"gpu"``, say);
+            the plan's ``class_limits`` must declare it.
         options: Free-form JSON handed to the job unchanged.
     """
 
@@ -110,7 +126,8 @@ class Plan:
         max_spend: The campaign scope's limit in the ledger.
         job: ``package.module:function``, called once per candidate in a child process.
         candidates: The panel, in the order candidates are considered.
-        class_limits: The most running jobs per resource class.
+        class_limits: The most running jobs per resource class; every class a
+            candidate names must be declared here.
         prior: Earlier verified results (a job's ``result.json`` or a
             campaign's ``report.json``); their keys count toward the target
             and are not run again. Relative paths are relative to the plan file.

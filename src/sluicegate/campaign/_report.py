@@ -10,7 +10,7 @@ import attrs
 from ._job import Outcome
 from ._plan import Plan
 
-__all__ = ["Manifest", "Report", "Row", "RowStatus", "StopReason"]
+__all__ = ["Controller", "Manifest", "Report", "Row", "RowStatus", "StopReason"]
 
 RowStatus = Literal[
     "pending",
@@ -46,9 +46,18 @@ class Row:
         cost: What its scope has settled in the ledger (dispatch and stages).
         reason: Why it ended as it did (the job's reason, or the controller's).
         artifacts: Paths the job reported.
-        exit_code: Its child's exit status, when known.
+        exit_code: Its child's exit status, when known (not for a child a
+            resumed controller adopted: only its parent learns that).
         started, finished: ISO timestamps.
         reconciled: Resolved by ``campaign reconcile`` rather than by its child.
+        pid: Its child's process id, once started.
+        process_start: When that process started, as the operating system
+            counts it (Linux: clock ticks since boot, from ``/proc/PID/stat``);
+            None where it cannot be read. With ``pid`` it tells the child from
+            a later process that reuses the id.
+        awaiting_result: ``uncertain`` because its child left no result: a
+            ``result.json`` it writes later is imported by the next
+            ``campaign run`` or by ``campaign reconcile``.
     """
 
     key: str
@@ -63,6 +72,9 @@ class Row:
     started: str | None = None
     finished: str | None = None
     reconciled: bool = False
+    pid: int | None = None
+    process_start: int | None = None
+    awaiting_result: bool = False
 
     def with_outcome(self, outcome: Outcome) -> Row:
         """This row with the job's reported outcome."""
@@ -91,6 +103,8 @@ class Report:
             uncertain candidate: no controller runs and the next run continues.
         draining: A drain was requested: no further job is admitted.
         updated: When this report was written.
+        ledger_scope: The campaign's scope in the ledger (``NAME/ID``), as
+            ``sluicegate ledger show`` lists it.
     """
 
     name: str
@@ -109,6 +123,7 @@ class Report:
     stop_reason: StopReason | None
     draining: bool
     updated: str
+    ledger_scope: str | None = None
 
     def row(self, key: str) -> Row:
         """The row of ``key``.
@@ -123,10 +138,38 @@ class Report:
 
 
 @attrs.frozen
+class Controller:
+    """The sluicegate that controls a campaign: its version and a hash of its source.
+
+    Attributes:
+        version: ``sluicegate.__version__``.
+        source_hash: ``sha256:...`` of the installed ``sluicegate`` package's
+            files, so that an edited checkout with an unchanged version differs.
+    """
+
+    version: str
+    source_hash: str
+
+    def __str__(self) -> str:
+        return f"sluicegate {self.version} ({self.source_hash[:19]})"
+
+
+@attrs.frozen
 class Manifest:
     """``OUTDIR/campaign.json``: what this output directory is bound to.
 
-    A rerun must bring the same plan, the same job code and the same ledger.
+    A rerun must bring the same plan, the same job code, the same ledger and
+    the same controller (or ``--allow-upgrade``).
+
+    Attributes:
+        id: Made at the first run; the campaign's ledger scope is
+            ``(plan.name, id)``, so two directories running plans of one
+            name never touch each other's reservations. None in a directory
+            started before ids existed: its scope is ``(plan.name,)``.
+        controller: The sluicegate running the campaign; None in a directory
+            started before it was recorded.
+        upgrades: Earlier controllers, oldest first, each replaced through
+            ``--allow-upgrade``.
     """
 
     plan: Plan
@@ -134,3 +177,11 @@ class Manifest:
     job_source: str
     ledger: str
     created: str
+    id: str | None = None
+    controller: Controller | None = None
+    upgrades: tuple[Controller, ...] = ()
+
+    @property
+    def scope(self) -> tuple[str, ...]:
+        """The campaign's scope in the ledger."""
+        return (self.plan.name,) if self.id is None else (self.plan.name, self.id)

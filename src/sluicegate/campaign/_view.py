@@ -1,18 +1,21 @@
-"""How a campaign looks on a terminal: the live view and the status summary."""
+"""How a campaign looks: the live view, plain log lines and the status summary."""
 
 from __future__ import annotations
 
+import sys
 from types import TracebackType
-
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, TextIO
 
 from ._ledger import format_money
 from ._report import Report
 
-__all__ = ["LiveView", "render"]
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+# rich is imported where it is used: every job's child process imports this
+# package, and none of them draws anything.
+
+__all__ = ["LiveView", "PlainView", "render"]
 
 _STYLE = {
     "verified": "green",
@@ -47,6 +50,10 @@ def render(report: Report, *, rows: bool = False, controller: bool = True) -> Re
             by one that was stopped (a second signal, a kill): it is shown as
             ``interrupted``, not ``running``.
     """
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     if report.stop_reason is not None:
         state: str = report.stop_reason
     elif not controller:
@@ -86,6 +93,8 @@ class LiveView:
     """
 
     def __init__(self, console: Console | None = None) -> None:
+        from rich.live import Live
+
         # Redrawn on each report, so no refresh thread is needed.
         self._live = Live(console=console, auto_refresh=False)
 
@@ -103,3 +112,48 @@ class LiveView:
 
     def __call__(self, report: Report) -> None:
         self._live.update(render(report), refresh=True)
+
+
+class PlainView:
+    """One line per change of a candidate's status, fit for logs; an observer.
+
+    Args:
+        file: Where the lines go (standard output by default).
+    """
+
+    def __init__(self, file: TextIO | None = None) -> None:
+        self._file = file
+        self._seen: dict[str, str] | None = None
+        self._draining = False
+
+    def __call__(self, report: Report) -> None:
+        lines = []
+        if self._seen is None:
+            # The first report is where the run starts (a rerun's finished
+            # rows included): one line for all of it.
+            self._seen = {}
+            lines.append(f"{report.name}: {len(report.pending)} pending")
+        for row in report.rows:
+            if self._seen.get(row.key) == row.status:
+                continue
+            first = row.key not in self._seen
+            self._seen[row.key] = row.status
+            if (first and row.status != "running") or row.status == "pending":
+                continue
+            if row.status == "running":
+                where = f" [{row.resource_class}]" if row.resource_class else ""
+                lines.append(f"{row.key}{where}: running")
+            else:
+                why = f" ({row.reason})" if row.reason else ""
+                lines.append(f"{row.key}: {row.status}, cost {format_money(row.cost)}{why}")
+        if report.draining and not self._draining:
+            self._draining = True
+            lines.append("draining: nothing more is admitted; running jobs finish")
+        if lines:
+            head = (
+                f"verified {report.verified}/{report.target}, running {report.running}, "
+                f"spent {format_money(report.spent)} + held {format_money(report.held)}"
+            )
+            out = self._file if self._file is not None else sys.stdout
+            for line in lines:
+                print(f"{report.updated[11:19]} {line}  ({head})", file=out, flush=True)

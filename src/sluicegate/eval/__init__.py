@@ -1,9 +1,20 @@
-"""``sluicegate eval``: bounded spot-check evaluations of an environment.
+"""``sluicegate.eval``: bounded evaluations of an environment, from Python or ``sluicegate eval``.
 
-One module per concept: ``_target`` resolves ``TARGET``, ``_config`` holds the
-settings and the error budget, ``_plan`` turns a taskset or a
-``SampleSource`` into rollout slots, ``_run`` drives them through the runner,
-``_log`` writes ``results.jsonl``/``run.json`` and reads them back for a
-resume, ``_display`` shows progress, and ``_cli`` parses the command line.
-See ``docs/eval.md``.
+:func:`evaluate` runs one evaluation as a pipeline, one module per step:
+``_config`` checks the settings, ``_target`` the :class:`Environment`,
+``_plan`` turns the taskset (or ``SampleSource``) into rollout slots,
+``_rollout`` runs one slot under the retry policy, ``_log`` writes
+``results.jsonl``/``run.json`` and reads them back for a resume,
+``_report`` judges the run, ``_display`` shows progress, and ``_cli`` is the
+thin command line. See ``docs/eval.md``.
 """
+
+from .. import _util
+from ._report import EvalReport
+from ._rollout import current_rollout
+from ._run import evaluate
+from ._target import Environment
+
+__all__ = ["Environment", "EvalReport", "current_rollout", "evaluate"]
+
+_util.fixup_module_metadata(__name__, globals())

@@ -1,32 +1,32 @@
-"""``sluicegate eval``: argument parsing, then :func:`~sluicegate.eval._run.evaluate`."""
+"""``sluicegate eval``: parse the command line, then :func:`~sluicegate.eval.evaluate`."""
 
 from __future__ import annotations
 
 import argparse
 import functools
 import sys
-import traceback
-import warnings
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import trio
 
-from ._config import DISPLAYS, ErrorBudget, EvalConfig, UsageError
+from .._terminal import messages
+from ._config import EVERY_SCORE, UsageError
+from ._display import DISPLAYS
+from ._log import read_run_record
 from ._run import evaluate
-from ._target import canonical_target, resolve_target
 
-__all__ = ["config_from_args", "handle", "register"]
+__all__ = ["arguments", "handle", "register"]
 
 _DESCRIPTION = """\
 Run the next N tasks of an environment (a static set, a live feed or an
 adaptive SampleSource), write every rollout to DIR/results.jsonl as it
 finishes and a summary to DIR/run.json. The first SIGINT/SIGTERM drains
-(in-flight rollouts finish), a second cancels.
+(in-flight rollouts finish), a second cancels. `sluicegate eval --resume DIR`
+alone continues a run with the target and flags recorded in DIR/run.json.
 
-exit status: 0 passed, 1 the --fail-on-error threshold was crossed (or the
-environment failed), 2 usage error, 130 interrupted.
+exit status: 0 passed, 1 not passed (errors past --fail-on-error, a mean
+below --min-score, or the environment failed), 2 usage error, 130 interrupted.
 """
 
 
@@ -43,8 +43,19 @@ def _count(minimum: int) -> Any:
     return parse
 
 
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+
+
 def register(commands: Any) -> None:
-    """Add the ``eval`` subcommand to the top-level parser's subcommands."""
+    """Add the ``eval`` subcommand to the top-level parser's subcommands.
+
+    Every flag defaults to None, so that a resume can tell the flags given
+    from those to take from ``run.json``.
+    """
     parser: argparse.ArgumentParser = commands.add_parser(
         "eval",
         help="run a bounded evaluation of an environment",
@@ -54,161 +65,183 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "target",
         metavar="TARGET",
+        nargs="?",
         help="path/to/file.py:NAME or package.module:NAME: an object (or zero-argument "
-        "factory) with `taskset` and async `run(task)`, optionally `score` and `serving`",
+        "factory) with `taskset` and async `run(task)`, optionally `score` and `serving`; "
+        "with --resume, taken from run.json when left out",
     )
-    parser.add_argument(
+    add = parser.add_argument
+    add(
         "-n",
         "--num-tasks",
         type=_count(0),
         metavar="N",
         help="tasks to run (required for streaming and infinite tasksets: the next N)",
     )
-    parser.add_argument(
-        "-r", "--rollouts", type=_count(1), default=1, metavar="R", help="rollouts per task"
-    )
-    parser.add_argument(
+    add("-r", "--rollouts", type=_count(1), metavar="R", help="rollouts per task (default 1)")
+    add(
         "-c",
         "--concurrency",
         type=_count(1),
-        default=32,
         metavar="C",
         help="rollouts in flight at most (default 32)",
     )
-    parser.add_argument(
-        "--shuffle", type=int, metavar="SEED", help="shuffle a static set with this seed"
-    )
-    parser.add_argument(
-        "--system-prompt", metavar="FILE", help="apply this file's text to every task"
-    )
-    parser.add_argument(
+    add("--shuffle", type=int, metavar="SEED", help="shuffle a static set with this seed")
+    add("--system-prompt", metavar="FILE", help="apply this file's text to every task")
+    add(
         "--retries",
         type=_count(0),
-        default=0,
         metavar="K",
-        help="retry a failing rollout whole up to K times, with backoff",
+        help="retry a failing rollout whole up to K times, with exponential backoff and jitter",
     )
-    parser.add_argument(
+    add(
+        "--retry-on",
+        action="append",
+        metavar="NAME",
+        help="retry only this exception: a builtin name (TimeoutError) or module:Name; "
+        "repeatable (default: every Exception)",
+    )
+    add(
+        "--timeout",
+        type=_seconds,
+        metavar="S",
+        help="each attempt of a rollout runs at most S seconds (an expiry is a TimeoutError)",
+    )
+    add(
         "--fail-on-error",
-        default="0",
         metavar="X",
         help="when errors fail the run: a count N stops it at the Nth error (0, the "
         "default, and 1 both stop at the first), a fraction in (0,1) fails it when "
         "errors exceed that share of the rollouts",
     )
-    parser.add_argument(
-        "--id",
+    add(
+        "--min-score",
         action="append",
-        dest="ids",
-        default=[],
-        metavar="ID",
-        help="run only this task id (repeatable)",
+        metavar="[NAME=]X",
+        help="the run fails when a mean score is below X (every score), or the mean "
+        "of NAME is below X; repeatable",
     )
-    parser.add_argument(
-        "-o", "--output", metavar="DIR", help="output directory (default runs/<UTC time>-<name>)"
+    add(
+        "--id", action="append", dest="ids", metavar="ID", help="run only this task id (repeatable)"
     )
-    parser.add_argument(
+    add("-o", "--output", metavar="DIR", help="output directory (default runs/<UTC time>-<name>)")
+    add(
         "--resume",
         metavar="DIR",
         help="continue the run in DIR: skip rollouts already ok, re-run the rest",
     )
-    parser.add_argument(
+    add(
         "--display",
         choices=DISPLAYS,
         help="progress display (default: rich on a terminal, plain otherwise)",
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="record the run's timeline: DIR/trace.jsonl as it runs, DIR/trace.json at the end "
+        "(see sluicegate plot, report and trace)",
+    )
     parser.set_defaults(handler=handle)
 
 
-def _default_output(name: str) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    base = Path("runs") / f"{stamp}-{name}"
-    candidate, suffix = base, 1
-    while candidate.exists():
-        suffix += 1
-        candidate = base.with_name(f"{base.name}-{suffix}")
-    return candidate
+def _min_score(texts: list[str]) -> dict[str, float]:
+    floors = {}
+    for text in texts:
+        name, sep, number = text.rpartition("=")
+        try:
+            floors[name if sep else EVERY_SCORE] = float(number)
+        except ValueError:
+            raise UsageError(
+                f"--min-score takes X or NAME=X with X a number, not {text!r}"
+            ) from None
+    return floors
 
 
-def config_from_args(args: argparse.Namespace, name: str) -> EvalConfig:
-    """Build the run's config from parsed arguments.
+def _system_prompt(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--system-prompt: cannot read {path!r}: {exc}") from None
 
-    Args:
-        args: What the ``eval`` parser returned.
-        name: The environment's name, for the default output directory.
+
+def arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of :func:`~sluicegate.eval.evaluate` for parsed ``args``.
+
+    With ``--resume``, every setting not given on the command line is the
+    one recorded in ``run.json``; the ones given are passed on, and
+    :func:`~sluicegate.eval.evaluate` refuses those that may not change.
 
     Raises:
-        UsageError: for a bad ``--fail-on-error``, an unreadable
-            ``--system-prompt`` file, or ``-o`` and ``--resume`` naming
-            different directories.
+        UsageError: for an unreadable ``--system-prompt`` file, a bad
+            ``--min-score``, no ``TARGET`` without ``--resume``, or ``-o``
+            and ``--resume`` naming different directories.
     """
-    ErrorBudget.parse(args.fail_on_error)
-    prompt = None
-    if args.system_prompt is not None:
-        try:
-            prompt = Path(args.system_prompt).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(
-                f"--system-prompt: cannot read {args.system_prompt!r}: {exc}"
-            ) from None
-    if args.resume is not None:
-        if args.output is not None and Path(args.output) != Path(args.resume):
-            raise UsageError("-o and --resume name different directories; --resume is enough")
-        output = Path(args.resume)
-    elif args.output is not None:
-        output = Path(args.output)
+    given: dict[str, Any] = {
+        "num_tasks": args.num_tasks,
+        "rollouts": args.rollouts,
+        "concurrency": args.concurrency,
+        "shuffle": args.shuffle,
+        "system_prompt": None if args.system_prompt is None else _system_prompt(args.system_prompt),
+        "ids": args.ids,
+        "retries": args.retries,
+        "retry_on": args.retry_on,
+        "timeout": args.timeout,
+        "fail_on_error": args.fail_on_error,
+        "min_score": None if args.min_score is None else _min_score(args.min_score),
+    }
+    display = args.display or ("rich" if sys.stdout.isatty() else "plain")
+    if args.trace:
+        display_and_trace: dict[str, Any] = {"display": display, "trace": True}
     else:
-        output = _default_output(name)
-    display = args.display
-    if display is None:
-        display = "rich" if sys.stdout.isatty() else "plain"
-    return EvalConfig(
-        target=canonical_target(args.target),
-        num_tasks=args.num_tasks,
-        rollouts=args.rollouts,
-        concurrency=args.concurrency,
-        shuffle=args.shuffle,
-        system_prompt_file=args.system_prompt,
-        system_prompt=prompt,
-        retries=args.retries,
-        fail_on_error=args.fail_on_error,
-        ids=tuple(args.ids),
-        output=str(output),
-        display=display,
-        resume=args.resume is not None,
-    )
-
-
-def _show_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: TextIO | None = None,
-    line: str | None = None,
-) -> None:
-    # A user reading a terminal wants the message, not the line of sluicegate
-    # that issued it.
-    print(f"sluicegate eval: warning: {message}", file=sys.stderr)
+        display_and_trace = {"display": display}
+    if args.resume is None:
+        if args.target is None:
+            raise UsageError("TARGET is required (it may be left out only with --resume DIR)")
+        settings = {key: value for key, value in given.items() if value is not None}
+        return {"env": args.target, "output_dir": args.output, **display_and_trace, **settings}
+    if args.output is not None and Path(args.output) != Path(args.resume):
+        raise UsageError("-o and --resume name different directories; --resume is enough")
+    try:
+        recorded = read_run_record(Path(args.resume)).config
+    except UsageError:
+        if args.target is None:
+            raise
+        # evaluate() says what is wrong: no run.json, or a taskset that
+        # cannot be resumed at all.
+        settings = {key: value for key, value in given.items() if value is not None}
+    else:
+        settings = {
+            key: getattr(recorded, key) if value is None else value for key, value in given.items()
+        }
+    return {
+        "env": args.target,
+        "output_dir": args.resume,
+        "resume": True,
+        **display_and_trace,
+        **settings,
+    }
 
 
 def handle(args: argparse.Namespace) -> int:
     """Run ``sluicegate eval`` for parsed ``args``; returns the exit status."""
-    try:
-        with warnings.catch_warnings():
-            warnings.showwarning = _show_warning
-            env = resolve_target(args.target)
-            config = config_from_args(args, env.name)
-            outcome = trio.run(functools.partial(evaluate, config, env, signals=True))
-    except UsageError as exc:
-        print(f"sluicegate eval: error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:
-        # The environment failed before its first rollout (a load() raising,
-        # say): its traceback is what the user needs to see.
-        traceback.print_exc()
-        print(f"sluicegate eval: failed: {exc!r}", file=sys.stderr)
-        return 1
-    if outcome.record.error and outcome.record.stop_reason == "failed":
-        print(f"sluicegate eval: failed: {outcome.record.error}", file=sys.stderr)
-    return outcome.exit_status
+    with messages("sluicegate eval"):
+        try:
+            settings = arguments(args)
+            report = trio.run(functools.partial(evaluate, **settings, signals=True))
+        except UsageError as exc:
+            print(f"sluicegate eval: error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("sluicegate eval: interrupted", file=sys.stderr)
+            return 130
+        except BaseExceptionGroup as group:
+            if group.subgroup(KeyboardInterrupt) is None:
+                raise
+            print("sluicegate eval: interrupted", file=sys.stderr)
+            return 130
+    if report.stop_reason == "failed":
+        print(f"sluicegate eval: failed: {report.error}", file=sys.stderr)
+    elif report.stop_reason == "completed" and not report.passed:
+        for reason in report.reasons:
+            print(f"sluicegate eval: not passed: {reason}", file=sys.stderr)
+    return report.exit_status

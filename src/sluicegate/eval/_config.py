@@ -1,65 +1,225 @@
-"""What one ``sluicegate eval`` run was asked to do, and the rules for comparing runs.
+"""What one evaluation was asked to do, checked once, and the rules for comparing runs.
 
-:class:`EvalConfig` is written to ``run.json`` and read back by ``--resume``;
-:class:`ErrorBudget` is the parsed ``--fail-on-error``.
+:func:`configure` turns the arguments of
+:func:`~sluicegate.eval.evaluate` into an :class:`EvalConfig`, refusing bad
+values before anything happens. The config is written to ``run.json`` and
+read back by a resume; :func:`differences` says whether a resume describes
+the same run. :class:`ErrorBudget` is the parsed ``--fail-on-error``.
 """
 
 from __future__ import annotations
 
+import builtins
+import importlib
+import math
 import re
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
 import attrs
 
-__all__ = ["DISPLAYS", "ErrorBudget", "EvalConfig", "UsageError", "differences"]
+from ..service import Retry
 
-DISPLAYS = ("rich", "plain", "none")
+__all__ = [
+    "EVERY_SCORE",
+    "ErrorBudget",
+    "EvalConfig",
+    "UsageError",
+    "configure",
+    "differences",
+    "exception_name",
+    "exception_types",
+]
+
+# The --min-score key that stands for every score.
+EVERY_SCORE = "*"
 
 
-class UsageError(Exception):
+class UsageError(ValueError):
     """A mistake in the command or the environment, found before any rollout (exit 2)."""
 
 
 @attrs.frozen
 class EvalConfig:
-    """The resolved settings of one evaluation.
+    """The resolved settings of one evaluation, as ``run.json`` records them.
 
     Attributes:
         target: ``path/to/file.py:NAME`` (the path made absolute) or
-            ``package.module:NAME``.
+            ``package.module:NAME``; None for an environment object handed
+            to :func:`~sluicegate.eval.evaluate` directly.
         num_tasks: ``-n``: how many tasks at most; None for the whole set.
         rollouts: ``-r``: rollouts per task.
         concurrency: ``-c``: rollouts in flight at most.
         shuffle: ``--shuffle`` seed, or None.
-        system_prompt_file: The ``--system-prompt`` path, as given.
-        system_prompt: That file's text, applied to every task.
-        retries: ``--retries``: extra attempts for a failing rollout.
-        fail_on_error: ``--fail-on-error`` as given (see :class:`ErrorBudget`).
+        system_prompt: The system prompt's text, applied to every task.
         ids: ``--id``: run only tasks with these ids (empty: all).
+        retries: ``--retries``: extra attempts for a failing rollout.
+        retry_on: ``--retry-on``: the exceptions worth a retry, by name
+            (builtin names or ``module:Name``); empty for every ``Exception``.
+        timeout: ``--timeout``: seconds each attempt may take, or None.
+        fail_on_error: ``--fail-on-error`` as given (see :class:`ErrorBudget`).
+        min_score: ``--min-score``: the lowest mean allowed per score name
+            (``"*"``: every score).
         output: The output directory.
-        display: ``rich``, ``plain`` or ``none``.
-        resume: Whether this run resumes ``output``.
     """
 
-    target: str
+    target: str | None = None
     num_tasks: int | None = None
     rollouts: int = 1
     concurrency: int = 32
     shuffle: int | None = None
-    system_prompt_file: str | None = None
     system_prompt: str | None = None
-    retries: int = 0
-    fail_on_error: str = "0"
     ids: tuple[str, ...] = ()
+    retries: int = 0
+    retry_on: tuple[str, ...] = ()
+    timeout: float | None = None
+    fail_on_error: str = "0"
+    min_score: dict[str, float] = attrs.field(factory=dict)
     output: str = ""
-    display: str = "plain"
-    resume: bool = False
+
+    def retry(self) -> Retry | None:
+        """The retry policy: full-jitter exponential backoff, 0.1 s doubling to 5 s at most."""
+        if not self.retries:
+            return None
+        return Retry(attempts=self.retries + 1, on=exception_types(self.retry_on) or (Exception,))
+
+
+def _count(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{name} must be an integer >= {minimum}, not {value!r}")
+    if value < minimum:
+        raise UsageError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{name} must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{name} must be a finite number of seconds above 0, got {value!r}")
+    return float(value)
+
+
+def _score_floor(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UsageError(
+            f"--min-score {name}: the threshold must be a finite number, not {value!r}"
+        )
+    return float(value)
+
+
+def _min_score(value: float | Mapping[str, float] | None) -> dict[str, float]:
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return {str(key): _score_floor(str(key), floor) for key, floor in value.items()}
+    return {EVERY_SCORE: _score_floor(EVERY_SCORE, value)}
+
+
+def _ids(ids: Iterable[str | int]) -> tuple[str, ...]:
+    if isinstance(ids, (str, bytes)):
+        raise UsageError(f"ids must be a collection of task ids, not the string {ids!r}")
+    return tuple(str(task_id) for task_id in ids)
+
+
+def exception_name(kind: type[BaseException]) -> str:
+    """How ``run.json`` names an exception class: a builtin by name, else ``module:Name``."""
+    name: str = kind.__name__
+    if getattr(builtins, name, None) is kind:
+        return name
+    return f"{kind.__module__}:{kind.__qualname__}"
+
+
+def exception_types(names: Iterable[str]) -> tuple[type[BaseException], ...]:
+    """The exception classes ``names`` stand for (see :func:`exception_name`).
+
+    Raises:
+        UsageError: for a name that does not import or is not an exception class.
+    """
+    found = []
+    for name in names:
+        module_name, sep, path = name.rpartition(":")
+        try:
+            kind: object = importlib.import_module(module_name) if sep else builtins
+            for part in path.split("."):
+                kind = getattr(kind, part)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise UsageError(
+                f"--retry-on {name!r}: no such exception ({type(exc).__name__}: {exc}); "
+                f"give a builtin name such as TimeoutError, or module:Name"
+            ) from None
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            raise UsageError(f"--retry-on {name!r} is not an exception class")
+        found.append(kind)
+    return tuple(found)
+
+
+def _retry_on(kinds: Iterable[type[BaseException] | str]) -> tuple[str, ...]:
+    if isinstance(kinds, str):
+        kinds = (kinds,)
+    names = []
+    for kind in kinds:
+        if isinstance(kind, str):
+            names.append(kind)
+        elif isinstance(kind, type) and issubclass(kind, BaseException):
+            names.append(exception_name(kind))
+        else:
+            raise UsageError(f"--retry-on takes exception classes or their names, not {kind!r}")
+    exception_types(names)  # every name must resolve now, not at the first failure
+    return tuple(names)
+
+
+def configure(
+    *,
+    target: str | None,
+    num_tasks: int | None,
+    rollouts: int,
+    concurrency: int,
+    shuffle: int | None,
+    system_prompt: str | None,
+    ids: Iterable[str | int],
+    retries: int,
+    retry_on: Iterable[type[BaseException] | str],
+    timeout: float | None,
+    fail_on_error: int | float | str,
+    min_score: float | Mapping[str, float] | None,
+    output: str,
+) -> EvalConfig:
+    """Check every setting and build the run's config; nothing happens before this passes.
+
+    The arguments are those of :func:`~sluicegate.eval.evaluate`.
+
+    Raises:
+        UsageError: naming the first setting that is wrong, and why.
+    """
+    if shuffle is not None and (isinstance(shuffle, bool) or not isinstance(shuffle, int)):
+        raise UsageError(f"--shuffle takes an integer seed, not {shuffle!r}")
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise UsageError(f"the system prompt must be text, not {type(system_prompt).__name__}")
+    budget_text = str(fail_on_error).strip()
+    ErrorBudget.parse(budget_text)
+    return EvalConfig(
+        target=target,
+        num_tasks=None if num_tasks is None else _count("-n/--num-tasks", num_tasks, 0),
+        rollouts=_count("-r/--rollouts", rollouts, 1),
+        concurrency=_count("-c/--concurrency", concurrency, 1),
+        shuffle=shuffle,
+        system_prompt=system_prompt,
+        ids=_ids(ids),
+        retries=_count("--retries", retries, 0),
+        retry_on=_retry_on(retry_on),
+        timeout=None if timeout is None else _seconds("--timeout", timeout),
+        fail_on_error=budget_text,
+        min_score=_min_score(min_score),
+        output=output,
+    )
 
 
 # The settings that decide which rollouts exist and what they run. A resume must
 # match them, or the rows already on disk would answer a different question.
-# -c, --retries, --fail-on-error and --display may change between sessions.
-_RESUME_KEYS: dict[str, str] = {
+# -c, --retries, --retry-on, --timeout, --fail-on-error, --min-score and
+# --display may change between sessions.
+RESUME_KEYS: dict[str, str] = {
     "target": "TARGET",
     "num_tasks": "-n/--num-tasks",
     "rollouts": "-r/--rollouts",
@@ -72,12 +232,17 @@ _RESUME_KEYS: dict[str, str] = {
 def differences(recorded: EvalConfig, current: EvalConfig) -> list[str]:
     """Name every setting in which ``current`` may not differ from ``recorded`` for a resume.
 
+    An environment object handed to :func:`~sluicegate.eval.evaluate` has
+    no ``target``; then the target is not compared.
+
     Returns:
         One human-readable line per difference; empty when the resume may go on.
     """
     found = []
-    for key, flag in _RESUME_KEYS.items():
+    for key, flag in RESUME_KEYS.items():
         old, new = getattr(recorded, key), getattr(current, key)
+        if key == "target" and new is None:
+            continue
         if old != new:
             found.append(f"{flag}: {_shown(old)} in run.json, {_shown(new)} now")
     return found

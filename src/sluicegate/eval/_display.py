@@ -1,46 +1,70 @@
-"""Progress for ``sluicegate eval``: ``rich`` (a live bar), ``plain`` (log lines) or none.
+"""Progress for an evaluation: ``rich`` (a live bar), ``plain`` (log lines) or none.
 
 A display only reads the :class:`~sluicegate.eval._tally.Tally` on its own
-schedule; the run never calls into it per rollout, so ``--display none``
+schedule; the run never calls into it per rollout, so ``display="none"``
 (no display object at all) costs nothing.
+
+A display must never stop the work: when its output cannot be written (a
+reader that went away, ``sluicegate eval ... | head -1``) it falls silent,
+points standard output at ``/dev/null`` so the interpreter's last flush is
+quiet too, and the run goes on. User text (score names, paths, error
+messages) is shown verbatim, never read as markup.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol, TextIO
 
 import attrs
 import trio
 
+from ._config import UsageError
 from ._records import Counts
 from ._tally import Tally
 
-__all__ = ["Display", "PlainDisplay", "RichDisplay", "Summary", "make_display"]
+__all__ = ["DISPLAYS", "Display", "PlainDisplay", "RichDisplay", "Summary", "make_display"]
+
+DISPLAYS = ("rich", "plain", "none")
 
 
 @attrs.frozen
 class Summary:
-    """What the display says when the run is over."""
+    """What the display says when the run is over.
+
+    Attributes:
+        resume: The command that continues the run, when it can be continued.
+    """
 
     stop_reason: str
+    passed: bool
+    reasons: tuple[str, ...]
     counts: Counts
     scores: Mapping[str, float]
     output: str
     elapsed: float
-    error: str | None = None
+    abandoned: tuple[tuple[str, int], ...] = ()
+    resume: str | None = None
+
+
+def resume_command(output: str) -> str:
+    """The shell command that continues the run in ``output``."""
+    return f"sluicegate eval --resume {shlex.quote(output)}"
 
 
 class Display(Protocol):
     async def show(self, tally: Tally) -> None:
         """Show progress until cancelled."""
 
-    def note(self, message: str) -> None:
-        """Show a one-off message (a drain starting, say)."""
-
     def summary(self, summary: Summary) -> None:
         """Show the final summary."""
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _total(tally: Tally) -> str:
@@ -56,62 +80,126 @@ def _rate(tally: Tally) -> tuple[float, float]:
     return elapsed, (done / elapsed if elapsed > 0 else 0.0)
 
 
+def progress_line(tally: Tally) -> str:
+    """The run so far as a sentence: ``12/30 done, 2 errors, 4 running (of 4), 4.0/s, 3 s``."""
+    elapsed, rate = _rate(tally)
+    return (
+        f"{tally.finished}/{_total(tally)} done, {_plural(tally.errors, 'error')}, "
+        f"{tally.running} running (of {tally.concurrency}), {rate:.1f}/s, {elapsed:.0f} s"
+    )
+
+
 def _score_text(scores: Mapping[str, float]) -> str:
     return ", ".join(f"{key} {value:.4g}" for key, value in scores.items()) or "none"
 
 
-class PlainDisplay:
-    """One line per batch of completions, at most every ``interval`` seconds: fit for CI logs."""
+def _abandoned_text(summary: Summary) -> str:
+    names = ", ".join(f"task {task_id} rollout {rollout}" for task_id, rollout in summary.abandoned)
+    more = summary.counts.abandoned - len(summary.abandoned)
+    return names + (f" and {more} more" if more > 0 else "")
+
+
+def _count_rows(summary: Summary) -> list[tuple[str, str]]:
+    counts = summary.counts
+    return [
+        ("ok", f"{counts.ok}" + (f" ({counts.resumed} resumed)" if counts.resumed else "")),
+        ("errors", str(counts.error)),
+        ("planned", str(counts.planned)),
+    ]
+
+
+def _detail_rows(summary: Summary) -> list[tuple[str, str]]:
+    """What else the summary says, as (label, user text) pairs shared by both displays."""
+    counts = summary.counts
+    rows = []
+    if counts.abandoned:
+        rows.append(("abandoned", f"{counts.abandoned}: {_abandoned_text(summary)}"))
+    if counts.cut_short:
+        rows.append(("cut short", f"{counts.cut_short} (waiting to retry; a resume runs them)"))
+    rows.extend(("not passed", reason) for reason in summary.reasons)
+    rows.append(("output", summary.output))
+    if summary.resume:
+        rows.append(("resume with", summary.resume))
+    return rows
+
+
+class _Guarded:
+    """Writes through ``write`` until the first failure, then never again."""
+
+    def __init__(self, file: TextIO | None) -> None:
+        self._file = file
+        self.silent = False
+
+    @property
+    def file(self) -> TextIO:
+        return self._file if self._file is not None else sys.stdout
+
+    def guard(self, write: Callable[[], None], *, even_if_silent: bool = False) -> None:
+        """Call ``write``; the first failure silences the display for good."""
+        if self.silent and not even_if_silent:
+            return
+        try:
+            write()
+        except (OSError, ValueError):
+            # A closed pipe (EPIPE), a full disk, a closed file: stop
+            # displaying, keep evaluating.
+            self.silent = True
+            self._quiet_stdout()
+
+    def _quiet_stdout(self) -> None:
+        if self._file is not None:
+            return
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+
+class PlainDisplay(_Guarded):
+    """A sentence per batch of completions, at most every ``interval`` seconds: for CI logs."""
 
     def __init__(self, file: TextIO | None = None, interval: float = 0.5) -> None:
-        self._file = file if file is not None else sys.stdout
+        super().__init__(file)
         self._interval = interval
 
     def _line(self, text: str) -> None:
-        print(text, file=self._file, flush=True)
+        self.guard(lambda: print(text, file=self.file, flush=True))
 
     async def show(self, tally: Tally) -> None:
         seen = tally.finished
-        while True:
+        while not self.silent:
             await trio.sleep(self._interval)
-            if tally.finished == seen:
-                continue
-            seen = tally.finished
-            elapsed, rate = _rate(tally)
-            self._line(
-                f"[{elapsed:7.1f}s] {tally.finished}/{_total(tally)} done, "
-                f"{tally.errors} errors, {tally.running}/{tally.concurrency} running, "
-                f"{rate:.1f}/s"
-            )
-
-    def note(self, message: str) -> None:
-        self._line(message)
+            if tally.finished != seen:
+                seen = tally.finished
+                self._line(progress_line(tally))
 
     def summary(self, summary: Summary) -> None:
         counts = summary.counts
+        verdict = "passed" if summary.passed else "not passed"
         resumed = f" ({counts.resumed} resumed)" if counts.resumed else ""
         self._line(
-            f"{summary.stop_reason}: {counts.ok} ok{resumed}, {counts.error} errors, "
-            f"{counts.planned} planned, in {summary.elapsed:.1f}s"
+            f"{summary.stop_reason}, {verdict}: {counts.ok} ok{resumed}, "
+            f"{_plural(counts.error, 'error')}, {counts.planned} planned, "
+            f"in {summary.elapsed:.1f} s"
         )
         self._line(f"scores: {_score_text(summary.scores)}")
-        if summary.error:
-            self._line(f"error: {summary.error}")
-        self._line(f"output: {summary.output}")
+        for label, text in _detail_rows(summary):
+            self._line(f"{label}: {text}")
 
 
-class RichDisplay:
+class RichDisplay(_Guarded):
     """A live progress bar with counts, rate and elapsed, then a summary table."""
 
-    def __init__(self, interval: float = 0.25) -> None:
-        from rich.console import Console
-
-        self._console = Console()
+    def __init__(self, file: TextIO | None = None, interval: float = 0.25) -> None:
+        super().__init__(file)
         self._interval = interval
 
     def _render(self, tally: Tally) -> object:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
+        from rich.text import Text
 
         elapsed, rate = _rate(tally)
         # A growing total's bound, when known, says how far along the run is.
@@ -124,54 +212,67 @@ class RichDisplay:
                 width=32,
                 pulse=total == 0,
             ),
-            f"{tally.finished}/{_total(tally)}",
-            f"[red]{tally.errors} errors[/]" if tally.errors else "0 errors",
-            f"{tally.running}/{tally.concurrency} in flight",
-            f"{rate:.1f}/s",
-            f"{elapsed:.1f}s",
+            Text(f"{tally.finished}/{_total(tally)}"),
+            Text(_plural(tally.errors, "error"), style="red" if tally.errors else ""),
+            Text(f"{tally.running}/{tally.concurrency} in flight"),
+            Text(f"{rate:.1f}/s"),
+            Text(f"{elapsed:.1f} s"),
         )
         return grid
 
     async def show(self, tally: Tally) -> None:
+        from rich.console import Console
         from rich.live import Live
 
+        console = Console(file=self._file)
+        live = Live(console=console, auto_refresh=False, transient=True)
         # Refreshed from this trio task, not rich's thread, so the tally is read
         # between checkpoints only.
-        with Live(console=self._console, auto_refresh=False, transient=True) as live:
-            while True:
-                live.update(self._render(tally), refresh=True)  # type: ignore[arg-type]
+        self.guard(live.start)
+        try:
+            while not self.silent:
+                self.guard(lambda: live.update(self._render(tally), refresh=True))  # type: ignore[arg-type]
                 await trio.sleep(self._interval)
-
-    def note(self, message: str) -> None:
-        self._console.print(message)
+        finally:
+            # Even when silent: stopping also gives sys.stdout and sys.stderr back.
+            self.guard(live.stop, even_if_silent=True)
 
     def summary(self, summary: Summary) -> None:
+        from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        counts = summary.counts
         table = Table(title="sluicegate eval", show_header=False)
         table.add_column(style="bold")
         table.add_column()
         colour = {"completed": "green", "failed": "red"}.get(summary.stop_reason, "yellow")
-        table.add_row("stop reason", f"[{colour}]{summary.stop_reason}[/]")
+        table.add_row("stop reason", Text(summary.stop_reason, style=colour))
         table.add_row(
-            "ok", f"{counts.ok}" + (f" ({counts.resumed} resumed)" if counts.resumed else "")
+            "verdict",
+            Text("passed", style="green") if summary.passed else Text("not passed", style="red"),
         )
-        table.add_row("errors", str(counts.error))
-        table.add_row("planned", str(counts.planned))
-        for key, value in summary.scores.items():
-            table.add_row(f"mean {key}", f"{value:.4g}")
-        table.add_row("elapsed", f"{summary.elapsed:.1f}s")
-        if summary.error:
-            table.add_row("error", summary.error)
-        table.add_row("output", summary.output)
-        self._console.print(table)
+        rows = [
+            *_count_rows(summary),
+            *((f"mean {key}", f"{value:.4g}") for key, value in summary.scores.items()),
+            ("elapsed", f"{summary.elapsed:.1f} s"),
+            *_detail_rows(summary),
+        ]
+        for label, text in rows:
+            # Folded, not cut short with an ellipsis: a path must stay whole.
+            table.add_row(Text(label), Text(text, overflow="fold"))
+        self.guard(lambda: Console(file=self._file).print(table))
 
 
 def make_display(kind: str) -> Display | None:
-    """The display for ``--display kind``; None for ``none``."""
+    """The display for ``display=kind``; None for ``none``.
+
+    Raises:
+        UsageError: for a kind that is not one of :data:`DISPLAYS`.
+    """
     if kind == "rich":
         return RichDisplay()
     if kind == "plain":
         return PlainDisplay()
-    return None
+    if kind == "none":
+        return None
+    raise UsageError(f"display must be one of {', '.join(DISPLAYS)}, not {kind!r}")

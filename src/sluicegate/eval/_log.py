@@ -1,16 +1,26 @@
-"""The output directory: ``results.jsonl`` rows as they finish, ``run.json``, and resume.
+"""The output directory: ``run.json``, ``results.jsonl`` rows as they finish, and resume.
 
-Rows are appended and flushed one by one, so a run killed at any instant
-leaves every finished rollout on disk except, at worst, a torn last line;
-:func:`read_results` sets such a line aside instead of failing.
+A new directory appears whole: it is built under a hidden name next to its
+place, with ``run.json`` and an empty ``results.jsonl``, and renamed into
+place, so a kill at any instant leaves either no directory or one a resume
+can read. Rows are then appended and flushed one by one, so a run killed
+at any instant keeps every finished rollout except, at worst, a torn last
+line, which :func:`read_results` sets aside instead of failing.
+
+Every line is strict JSON (RFC 8259): no ``NaN``/``Infinity``, valid UTF-8,
+and U+2028, U+2029 and U+0085 escaped, so that any line-splitting reader
+sees one row per line. A result that cannot be written so is written as its
+``repr()``, with ``result_repr: true``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import shutil
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import attrs
 import cattrs
@@ -24,7 +34,10 @@ __all__ = [
     "RUN",
     "TORN",
     "Previous",
-    "ResultsLog",
+    "RunLog",
+    "check_new",
+    "create",
+    "encode_row",
     "read_results",
     "read_run_record",
     "write_run_record",
@@ -34,34 +47,135 @@ RESULTS = "results.jsonl"
 RUN = "run.json"
 TORN = "results.torn"
 
+# Characters that some line splitters (str.splitlines, JavaScript) take for line
+# breaks, but json.dumps leaves alone when ensure_ascii is off.
+_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
 
-class ResultsLog:
-    """Appends rows to ``results.jsonl``, one flushed line each."""
 
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / RESULTS
-        self._file: IO[str] = self.path.open("a", encoding="utf-8")
+def _dumps(data: Any, indent: int | None = None) -> str:
+    """``data`` as strict JSON text.
+
+    Raises:
+        TypeError: a value JSON has no form for (a tuple as a key, an object).
+        ValueError: a float that is not finite, or a lone surrogate, which
+            cannot be written as UTF-8.
+    """
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, indent=indent)
+    text.encode("utf-8")
+    return text.translate(_BREAKS)
+
+
+def _dumps_escaped(data: Any, indent: int | None = None) -> str:
+    # The last resort for text outside the result (an error message holding a
+    # lone surrogate): every non-ASCII character as a \u escape.
+    return json.dumps(data, ensure_ascii=True, allow_nan=False, indent=indent)
+
+
+def encode_row(row: Row) -> str:
+    """The line of ``results.jsonl`` for ``row``, without its newline.
+
+    A result the converter or strict JSON cannot take (an arbitrary object,
+    a ``NaN``, a lone surrogate, a dict keyed by tuples) is replaced by its
+    ``repr()`` and marked with ``result_repr``: the row is never lost.
+    """
+    try:
+        return _dumps(converter.unstructure(row))
+    except (TypeError, ValueError, RecursionError):
+        pass
+    data = converter.unstructure(attrs.evolve(row, result=repr(row.result), result_repr=True))
+    try:
+        return _dumps(data)
+    except ValueError:
+        return _dumps_escaped(data)
+
+
+class RunLog:
+    """One session's output: ``run.json`` when it starts and ends, rows in between.
+
+    Opening it makes the directory (see :func:`create`); :meth:`close`
+    writes the final record.
+
+    Raises:
+        UsageError: the directory cannot be created or written.
+    """
+
+    def __init__(self, directory: Path, record: RunRecord) -> None:
+        create(directory, record)
+        self.directory = directory
+        self.record = record
+        self._file: IO[str] = (directory / RESULTS).open("a", encoding="utf-8")
 
     def write(self, row: Row) -> None:
-        """Append ``row`` and flush it to the OS.
+        """Append ``row`` to ``results.jsonl`` and flush it to the OS.
 
         A plain blocking write: a row is a few hundred bytes into the page
         cache, far cheaper than a thread hop per row, and a process killed
         right after it still leaves the line on disk.
         """
-        # repr() is the last resort for a result the converter cannot make JSON
-        # of: the row is kept rather than the rollout lost.
-        try:
-            data = converter.unstructure(row)
-        except Exception:
-            data = converter.unstructure(attrs.evolve(row, result=repr(row.result)))
-        line = json.dumps(data, default=repr, ensure_ascii=False)
-        self._file.write(line + "\n")
+        self._file.write(encode_row(row) + "\n")
         self._file.flush()
 
-    def close(self) -> None:
-        """Close the file."""
+    def close(self, record: RunRecord) -> RunRecord:
+        """Close ``results.jsonl`` and write the final ``record``; returns it."""
         self._file.close()
+        write_run_record(self.directory, record)
+        self.record = record
+        return record
+
+
+def check_new(directory: Path) -> None:
+    """Refuse an output directory a new run cannot use; changes nothing on disk.
+
+    Raises:
+        UsageError: ``directory`` is a file, already holds a run, or cannot
+            be created or written.
+    """
+    if directory.exists():
+        if not directory.is_dir():
+            raise UsageError(f"-o {directory}: exists and is not a directory")
+        for name in (RESULTS, RUN):
+            if (directory / name).exists():
+                raise UsageError(
+                    f"{directory} already holds {name}: pass --resume {directory} to continue "
+                    f"that run, or choose another -o"
+                )
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise UsageError(f"-o {directory}: the directory is not writable")
+        return
+    ancestor = directory.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"-o {directory}: cannot create it: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"-o {directory}: cannot create it: {ancestor} is not writable")
+
+
+def create(directory: Path, record: RunRecord) -> None:
+    """Make ``directory`` hold ``record`` as ``run.json`` and an empty ``results.jsonl``.
+
+    A directory that does not exist yet appears with both files at once.
+
+    Raises:
+        UsageError: the directory cannot be created or written.
+    """
+    try:
+        if directory.is_dir():
+            write_run_record(directory, record)
+            (directory / RESULTS).touch()
+            return
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = directory.with_name(f".{directory.name}.{secrets.token_hex(4)}.partial")
+        staging.mkdir()
+        try:
+            write_run_record(staging, record)
+            (staging / RESULTS).touch()
+            staging.rename(directory)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    except OSError as exc:
+        raise UsageError(f"-o {directory}: cannot create it: {exc.strerror or exc}") from None
 
 
 @attrs.frozen
@@ -82,20 +196,22 @@ class Previous:
 def read_results(directory: Path) -> Previous:
     """Read the rows of an earlier run in ``directory`` for a resume.
 
-    A last line without its newline that is not valid JSON was torn by a kill:
-    it is appended to ``results.torn`` and cut from ``results.jsonl``, so
-    that new rows start on a line of their own.
+    A missing ``results.jsonl`` holds no rows. A last line without its
+    newline that is not valid JSON was torn by a kill: it is appended to
+    ``results.torn`` and cut from ``results.jsonl``, so that new rows start
+    on a line of their own.
 
     Raises:
-        UsageError: if ``results.jsonl`` is missing, or a complete line is not a row.
+        UsageError: if a complete line is not a row.
     """
     path = directory / RESULTS
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise UsageError(f"--resume: {path} does not exist") from None
+        return Previous(ok={}, rows=0, set_aside=None)
     cut = data.rfind(b"\n") + 1
-    # split("\n"), not splitlines(): a row may hold U+2028 and friends unescaped.
+    # split("\n"), not splitlines(): rows written before U+2028 and friends
+    # were escaped may hold them raw.
     lines = data[:cut].decode("utf-8", errors="replace").split("\n")[:-1]
     tail = data[cut:].decode("utf-8", errors="replace")
     set_aside = None
@@ -131,10 +247,12 @@ def write_run_record(directory: Path, record: RunRecord) -> None:
     """Write ``run.json`` atomically (a reader never sees half of it)."""
     path = directory / RUN
     partial = path.with_name(RUN + ".partial")
-    partial.write_text(
-        json.dumps(converter.unstructure(record), indent=2, ensure_ascii=False) + "\n",
-        encoding="utf-8",
-    )
+    data = converter.unstructure(record)
+    try:
+        text = _dumps(data, indent=2)
+    except ValueError:
+        text = _dumps_escaped(data, indent=2)
+    partial.write_text(text + "\n", encoding="utf-8")
     os.replace(partial, path)
 
 

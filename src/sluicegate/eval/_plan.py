@@ -2,30 +2,33 @@
 
 Every kind of taskset ends up as a source of :class:`Slot` for the runner:
 
-* a static finite set is read whole before the first rollout (ids, shuffle,
-  ``--id``, ``-n``), so its total is known from the start;
+* a static finite set is read whole, once, before the first rollout (ids,
+  shuffle, ``--id``, ``-n``), so its total is known from the start;
 * a streaming or infinite set is read through ``take(..., n)``, one task at a
   time, and a task is pulled only when the runner asks for its first slot,
   so the window bounds rollouts and the feed is never read ahead;
 * a :class:`~sluicegate.SampleSource` is wrapped by :class:`EvalSource`,
-  which gives the tasks it adds ids, filters and caps them, and expands
-  each into its rollouts.
+  whose admission hook makes slots of every task the moment it is added
+  (seed, ``next()``, ``on_complete()``, ``enqueue()``): ids, filter, cap.
 """
 
 from __future__ import annotations
 
 import enum
+import traceback
 import warnings
-from collections.abc import AsyncIterable, AsyncIterator, Collection, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
+import trio
 
-from .._dynamic import SampleSource, enqueue
+from .._dynamic import SampleSource
 from .._take import take
 from .._taskset import Task, Taskset
 from ._config import EvalConfig, UsageError
 from ._records import Row
+from ._rollout import DuplicateTaskId, rollout_of
 from ._tally import Tally
 
 __all__ = [
@@ -34,15 +37,12 @@ __all__ = [
     "IdBook",
     "Kind",
     "Slot",
+    "Source",
     "TaskCapWarning",
-    "build_source",
     "check",
     "kind_of",
+    "plan",
 ]
-
-
-class DuplicateTaskId(ValueError):
-    """Two tasks of one evaluation have the same id."""
 
 
 class TaskCapWarning(UserWarning):
@@ -72,6 +72,11 @@ class Kind(enum.Enum):
     STREAMING = "streaming"
     DYNAMIC = "SampleSource"
 
+    @property
+    def resumable(self) -> bool:
+        """Whether ``--resume`` can read the same tasks again."""
+        return self in (Kind.STATIC, Kind.INFINITE)
+
 
 def kind_of(taskset: Taskset[Any] | SampleSource[Any, Any]) -> Kind:
     """Classify ``taskset``."""
@@ -84,7 +89,7 @@ def kind_of(taskset: Taskset[Any] | SampleSource[Any, Any]) -> Kind:
     return Kind.STATIC
 
 
-def check(kind: Kind, config: EvalConfig) -> None:
+def check(kind: Kind, config: EvalConfig, resume: bool) -> None:
     """Refuse settings that cannot work for ``kind``, before anything runs.
 
     Raises:
@@ -107,7 +112,7 @@ def check(kind: Kind, config: EvalConfig) -> None:
             f"--shuffle cannot be used with {what}: there is no whole set to shuffle, "
             f"only the tasks as they arrive"
         )
-    if config.resume and kind is not Kind.INFINITE:
+    if resume and not kind.resumable:
         raise UsageError(
             f"--resume cannot be used with {what}: its tasks cannot be read again, so "
             f"there is nothing to match the saved rows against"
@@ -120,76 +125,132 @@ def _explicit_id(task: object) -> str | None:
     return None
 
 
-class IdBook:
-    """Gives tasks ids: explicit ones are kept, the rest get ``1``, ``2``, ... skipping ids in use.
+def _with_id(task: Any, task_id: str) -> Any:
+    return attrs.evolve(task, id=task_id) if isinstance(task, Task) else task
 
-    Ids are strings, so ``1`` and ``"1"`` are the same id.
+
+def _duplicate(rollout: int, task_id: str) -> DuplicateTaskId:
+    return DuplicateTaskId(
+        f"duplicate rollout {rollout} of task {task_id!r}: each rollout of a task runs once"
+    )
+
+
+class IdBook:
+    """Task ids and the rollouts reserved under each.
+
+    Explicit ids are kept; other tasks get ``1``, ``2``, ... skipping ids in
+    use. Ids are strings, so ``1`` and ``"1"`` are the same id. Each
+    ``(task id, rollout)`` is reserved once: a whole task reserves rollouts
+    ``0`` to ``rollouts - 1``, a single rollout just itself.
     """
 
-    def __init__(self) -> None:
-        self._used: set[str] = set()
+    def __init__(self, rollouts: int = 1) -> None:
+        self._rollouts = rollouts
+        self._named: set[str] = set()
+        self._whole: set[str] = set()
+        self._single: dict[str, set[int]] = {}
         self._next = 1
 
-    def _claim(self, task_id: str) -> None:
-        if task_id in self._used:
-            raise DuplicateTaskId(f"duplicate task id {task_id!r}: every task needs its own id")
-        self._used.add(task_id)
+    def name_all(self, tasks: Sequence[Any]) -> list[tuple[str, Any]]:
+        """Give each of ``tasks`` its id (a :class:`~sluicegate.Task` is evolved to carry it).
 
-    def _fresh(self) -> str:
-        while str(self._next) in self._used:
-            self._next += 1
-        task_id = str(self._next)
-        self._used.add(task_id)
-        return task_id
+        Every explicit id in ``tasks`` is set aside first, so no generated id
+        takes one that appears later in the sequence. Nothing is reserved.
+        """
+        explicit = [_explicit_id(task) for task in tasks]
+        self._named.update(task_id for task_id in explicit if task_id is not None)
+        named = []
+        for task_id, task in zip(explicit, tasks, strict=True):
+            if task_id is None:
+                while str(self._next) in self._named:
+                    self._next += 1
+                task_id = str(self._next)
+                self._named.add(task_id)
+                task = _with_id(task, task_id)
+            named.append((task_id, task))
+        return named
 
-    @staticmethod
-    def _with_id(task: Any, task_id: str) -> Any:
-        return attrs.evolve(task, id=task_id) if isinstance(task, Task) else task
+    def reserve(self, task_id: str, rollout: int | None) -> None:
+        """Reserve the whole task (``rollout=None``) or one rollout of it.
+
+        Raises:
+            DuplicateTaskId: if any of those rollouts was reserved before.
+        """
+        single = self._single.get(task_id, ())
+        if rollout is None:
+            if task_id in self._whole:
+                raise DuplicateTaskId(f"duplicate task id {task_id!r}: every task needs its own id")
+            taken = sorted(k for k in single if k < self._rollouts)
+            if taken:
+                raise _duplicate(taken[0], task_id)
+            self._whole.add(task_id)
+            return
+        if rollout in single or (task_id in self._whole and rollout < self._rollouts):
+            raise _duplicate(rollout, task_id)
+        self._single.setdefault(task_id, set()).add(rollout)
 
     def assign(self, task: Any) -> tuple[str, Any]:
-        """Return ``task``'s id and the task carrying it (a :class:`~sluicegate.Task` is evolved).
+        """Name ``task`` and reserve it whole.
 
         Raises:
             DuplicateTaskId: if the task's explicit id was seen before.
         """
-        task_id = _explicit_id(task)
-        if task_id is not None:
-            self._claim(task_id)
-            return task_id, task
-        task_id = self._fresh()
-        return task_id, self._with_id(task, task_id)
+        return self.assign_all([task])[0]
 
     def assign_all(self, tasks: Sequence[Any]) -> list[tuple[str, Any]]:
-        """Like :meth:`assign` over ``tasks``, but every explicit id is reserved first,
-        so no generated id takes one that appears later in the sequence."""
-        explicit = [_explicit_id(task) for task in tasks]
-        for task_id in explicit:
-            if task_id is not None:
-                self._claim(task_id)
-        return [
-            (task_id, task) if task_id is not None else self._assign_fresh(task)
-            for task_id, task in zip(explicit, tasks, strict=True)
-        ]
+        """Name ``tasks`` (see :meth:`name_all`) and reserve each whole.
 
-    def _assign_fresh(self, task: Any) -> tuple[str, Any]:
-        task_id = self._fresh()
-        return task_id, self._with_id(task, task_id)
+        Raises:
+            DuplicateTaskId: if an id is used twice.
+        """
+        named = self.name_all(tasks)
+        for task_id, _ in named:
+            self.reserve(task_id, None)
+        return named
 
 
-async def _aclose(source: object) -> None:
-    aclose = getattr(source, "aclose", None)
-    if aclose is not None:
-        await aclose()
+def _prompted(task: Any, prompt: str | None) -> Any:
+    if prompt is not None and isinstance(task, Task):
+        return task.with_system_prompt(prompt)
+    return task
 
 
-def _static_slots(
-    ts: Taskset[Any],
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" (at {last.filename}:{last.lineno}, in {last.name})"
+
+
+def _read_static(taskset: Taskset[Any], prompt: str | None) -> list[Any]:
+    # iter(), not list(taskset): list() asks len() first, and a Taskset's
+    # len() calls load() again.
+    try:
+        return [_prompted(task, prompt) for task in iter(taskset)]
+    except Exception as exc:
+        raise UsageError(
+            f"the taskset's load() raised {type(exc).__name__}: {exc}{_where(exc)}"
+        ) from exc
+
+
+async def _static_slots(
     config: EvalConfig,
+    taskset: Taskset[Any],
     done: Collection[tuple[str, int]],
     tally: Tally,
+    threaded: bool,
 ) -> Iterator[Slot]:
+    if threaded:
+        # In a worker thread, so that signals are heard while a long load()
+        # runs; the caller may stop waiting for it.
+        tasks = await trio.to_thread.run_sync(
+            _read_static, taskset, config.system_prompt, abandon_on_cancel=True
+        )
+    else:
+        tasks = _read_static(taskset, config.system_prompt)
     try:
-        pairs = IdBook().assign_all(list(ts))
+        pairs = IdBook(config.rollouts).assign_all(tasks)
     except DuplicateTaskId as exc:
         raise UsageError(str(exc)) from None
     if config.shuffle is not None:
@@ -216,15 +277,22 @@ def _static_slots(
     return iter(slots)
 
 
+async def _aclose(source: object) -> None:
+    aclose = getattr(source, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
 async def _identified(
-    stream: AsyncIterator[Any], book: IdBook, ids: Collection[str]
+    stream: AsyncIterator[Any], book: IdBook, config: EvalConfig
 ) -> AsyncIterator[tuple[str, Any]]:
     # Ids are unique, so once every wanted id has been seen nothing further
     # can match: stop reading instead of waiting on the feed forever.
+    ids = frozenset(config.ids)
     missing = set(ids)
     try:
         async for task in stream:
-            task_id, task = book.assign(task)
+            task_id, task = book.assign(_prompted(task, config.system_prompt))
             if ids and task_id not in ids:
                 continue
             yield task_id, task
@@ -254,37 +322,36 @@ async def _expanded(
 class EvalSource(SampleSource[Any, Any]):
     """A user's :class:`~sluicegate.SampleSource` seen through the eval's rules.
 
-    It delegates :meth:`initial`, :meth:`next` and :meth:`on_complete` to the
-    user's source and turns every task they add into slots: ids continue the
-    numbering (a duplicate fails the run), ``--id`` filters, ``-n`` caps the
-    total (later additions are dropped with one :class:`TaskCapWarning`, and
-    once the cap is reached the user's ``next()`` is not called), and each
-    admitted task becomes ``-r`` slots, growing ``tally.planned``.
+    It delegates :meth:`initial`, :meth:`next`, :meth:`on_complete` and
+    :meth:`on_abandoned` to the user's source, and its admission hook turns
+    every task added by any of them, or by :func:`~sluicegate.enqueue`, into
+    slots at the moment it is added: ids continue the numbering, each
+    ``(task id, rollout)`` is reserved once (a second reservation fails the
+    run), ``--id`` filters, ``-n`` caps the number of tasks (further
+    rollouts of an admitted task still run; a new task past the cap is
+    dropped with one :class:`TaskCapWarning`, and once the cap is reached
+    the user's ``next()`` is not called), and ``tally.planned`` grows.
 
-    Tasks the user's run adds with :func:`~sluicegate.enqueue` reach the
-    runner as they are; the eval's run hands them back to :meth:`admit_enqueued`.
+    A duplicate raises :class:`DuplicateTaskId` where the task was added
+    (``enqueue()`` included) and fails the run when the run that added it
+    completes, whether or not its code caught the exception.
     """
 
     def __init__(self, user: SampleSource[Any, Any], config: EvalConfig, tally: Tally) -> None:
         self._user = user
         self._config = config
         self._tally = tally
-        self._book = IdBook()
+        self._book = IdBook(config.rollouts)
         self._ids = frozenset(config.ids)
-        self._admitted = 0
+        self._admitted: set[str] = set()
         self._warned = False
+        self._failure: DuplicateTaskId | None = None
 
     @property
     def full(self) -> bool:
         """Whether ``-n`` tasks have been admitted."""
         cap = self._config.num_tasks
-        return cap is not None and self._admitted >= cap
-
-    def _prepare(self, task: Any) -> Any:
-        prompt = self._config.system_prompt
-        if prompt is not None and isinstance(task, Task):
-            return task.with_system_prompt(prompt)
-        return task
+        return cap is not None and len(self._admitted) >= cap
 
     def _warn_cap(self) -> None:
         if not self._warned:
@@ -296,67 +363,70 @@ class EvalSource(SampleSource[Any, Any]):
                 stacklevel=1,
             )
 
-    def _slots(self, task_id: str, task: Any) -> list[Slot]:
-        if self._ids and task_id not in self._ids:
-            return []
-        self._admitted += 1
-        self._tally.planned += self._config.rollouts
-        return [Slot(task_id, rollout, task) for rollout in range(self._config.rollouts)]
+    def _admit(self, items: Iterable[Any], rollout: int | None) -> list[Slot]:
+        try:
+            return self._slots(items, rollout)
+        except DuplicateTaskId as exc:
+            # Raised to whoever added the task, and kept: the run fails even
+            # if that code catches it.
+            if self._failure is None:
+                self._failure = exc
+            raise
 
-    def admit(self, tasks: Iterable[Any]) -> list[Slot]:
-        """Give ``tasks`` ids, filter and cap them, and return their slots.
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise self._failure
 
-        Raises:
-            DuplicateTaskId: if a task's explicit id is already in use.
-        """
-        slots = []
-        for task in tasks:
-            if self.full:
+    def _slots(self, items: Iterable[Any], rollout: int | None) -> list[Slot]:
+        tasks = [_prompted(task, self._config.system_prompt) for task in items]
+        rollouts = range(self._config.rollouts) if rollout is None else range(rollout, rollout + 1)
+        slots: list[Slot] = []
+        for task_id, task in self._book.name_all(tasks):
+            if task_id not in self._admitted and self.full:
                 self._warn_cap()
                 continue
-            slots.extend(self._slots(*self._book.assign(self._prepare(task))))
-        return slots
-
-    def admit_enqueued(self, task: Any) -> None:
-        """Admit a task the user's run passed to :func:`~sluicegate.enqueue` (call from a run)."""
-        enqueue(*self.admit((task,)))
-
-    def initial(self) -> Sequence[Slot]:
-        # The whole seed gets its ids at once, so generated ids skip explicit ones.
-        pairs = self._book.assign_all([self._prepare(task) for task in self._user.initial()])
-        slots = []
-        for task_id, task in pairs:
-            if self.full:
-                self._warn_cap()
+            self._book.reserve(task_id, rollout)
+            if self._ids and task_id not in self._ids:
                 continue
-            slots.extend(self._slots(task_id, task))
+            self._admitted.add(task_id)
+            self._tally.planned += len(rollouts)
+            slots.extend(Slot(task_id, k, task) for k in rollouts)
         return slots
 
-    async def next(self) -> Sequence[Slot] | None:
+    def initial(self) -> Sequence[Any]:
+        return self._user.initial()
+
+    async def next(self) -> Sequence[Any] | None:
+        self._check()
         if self.full:
             return None
-        more = await self._user.next()
-        if more is None:
-            return None
-        return self.admit(more)
+        return await self._user.next()
 
-    async def on_complete(self, item: Any, result: Any) -> Sequence[Slot] | None:
-        if not isinstance(item, Slot) or not isinstance(result, Row) or result.status != "ok":
+    async def on_complete(self, item: Slot, result: Row | None) -> Sequence[Any] | None:
+        self._check()
+        if result is None or result.status != "ok":
             return None
-        more = await self._user.on_complete(item.task, result.result)
-        if more is None:
-            return None
-        return self.admit(more)
+        with rollout_of(item.rollout):
+            return await self._user.on_complete(item.task, result.result)
+
+    async def on_abandoned(self, item: Slot) -> None:
+        self._tally.abandon(item.task_id, item.rollout)
+        with rollout_of(item.rollout):
+            await self._user.on_abandoned(item.task)
 
 
-def build_source(
+Source = Iterable[Slot] | AsyncIterator[Slot] | EvalSource
+
+
+async def plan(
     kind: Kind,
     taskset: Taskset[Any] | SampleSource[Any, Any],
     config: EvalConfig,
     done: Collection[tuple[str, int]],
     tally: Tally,
-) -> Iterable[Slot] | AsyncIterable[Slot] | EvalSource:
-    """The runner's source for this evaluation; sets or grows ``tally.planned``.
+    threaded: bool = False,
+) -> Source:
+    """The runner's source of slots for this evaluation; sets or grows ``tally.planned``.
 
     Args:
         kind: From :func:`kind_of`, already :func:`check` ed.
@@ -364,21 +434,22 @@ def build_source(
         config: The run's settings.
         done: ``(task_id, rollout)`` pairs a resume found ok; they are skipped.
         tally: Where the planned total goes.
+        threaded: Read a static set's ``load()`` in a worker thread.
 
     Raises:
-        UsageError: for a static set with duplicate ids (found before any rollout).
+        UsageError: for a static set whose ``load()`` raises or holds
+            duplicate ids (found before any rollout).
     """
     tally.growing = kind is not Kind.STATIC
     if tally.growing and config.num_tasks is not None:
         tally.bound = config.num_tasks * config.rollouts
     if isinstance(taskset, SampleSource):
         return EvalSource(taskset, config, tally)
-    view = taskset
-    if config.system_prompt is not None:
-        view = view.with_system_prompt(config.system_prompt)
     if kind is Kind.STATIC:
-        return _static_slots(view, config, done, tally)
-    tasks: AsyncIterator[tuple[str, Any]] = _identified(view.stream(), IdBook(), config.ids)
+        return await _static_slots(config, taskset, done, tally, threaded)
+    tasks: AsyncIterator[tuple[str, Any]] = _identified(
+        aiter(taskset.stream()), IdBook(config.rollouts), config
+    )
     if config.num_tasks is not None:
         tasks = take(tasks, config.num_tasks)
     return _expanded(tasks, config.rollouts, done, tally)

@@ -1,131 +1,162 @@
-"""The orchestration of one evaluation: plan, run every rollout through the runner, record.
+"""``evaluate()``: one evaluation as a pipeline.
 
-The whole evaluation is one :func:`~sluicegate.open_stream` over rollout
-slots with ``window=-c`` and ``ordered=False``, so each row is written the
-moment its rollout finishes and a slow disk holds back new rollouts rather
-than piling rows up in memory.
+Configuration (:mod:`._config`, :mod:`._target`), then the plan of rollout
+slots and its source (:mod:`._plan`), then the run (:func:`_run_slots`: one
+:func:`~sluicegate.open_stream` over the slots with ``window=concurrency``
+and ``ordered=False``, each slot run by :class:`._rollout.Rollouts`), the
+log (:mod:`._log`) and the report (:mod:`._report`). Each step is handed
+what it needs once. Rows are written the moment their rollout finishes, so
+a slow disk holds back new rollouts rather than piling rows up in memory.
 """
 
 from __future__ import annotations
 
-import inspect
-import signal
-import traceback
+import contextlib
+import logging
+import os
 import warnings
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import trio
 
-from .. import __version__
-from .._runner import Drain, open_stream
-from ._config import ErrorBudget, EvalConfig, UsageError, differences
-from ._display import Display, Summary, make_display
-from ._log import RESULTS, TORN, ResultsLog, read_results, read_run_record, write_run_record
-from ._plan import DuplicateTaskId, EvalSource, Slot, build_source, check, kind_of
-from ._records import ErrorInfo, Row, RunRecord, Score, StopReason
+from .._runner import Drain, Recorder, open_stream
+from .._trace import Timeline, recording
+from .._util import sole_exception
+from ..service import drain_on_signals
+from ..service._signals import DEFAULT_SIGNALS
+from ._config import ErrorBudget, EvalConfig, UsageError, configure, differences
+from ._display import Display, Summary, make_display, resume_command
+from ._log import (
+    RESULTS,
+    TORN,
+    Previous,
+    RunLog,
+    check_new,
+    read_results,
+    read_run_record,
+)
+from ._plan import DuplicateTaskId, Kind, Slot, Source, check, kind_of, plan
+from ._records import Row, RunRecord, StopReason
+from ._report import EvalReport, begin, budget_text, end
+from ._rollout import Rollouts
 from ._tally import Tally
-from ._target import Environment
+from ._target import Parts, environment
 
-__all__ = ["Outcome", "evaluate"]
+__all__ = ["evaluate"]
 
-EXIT_STATUS: dict[StopReason, int] = {"completed": 0, "failed": 1, "interrupted": 130}
+logger = logging.getLogger("sluicegate")
 
-
-@attrs.frozen
-class Outcome:
-    """How an evaluation ended.
-
-    Attributes:
-        record: What was written to ``run.json``.
-        directory: The output directory.
-        exit_status: 0 completed, 1 failed, 130 interrupted.
-    """
-
-    record: RunRecord
-    directory: Path
-
-    @property
-    def exit_status(self) -> int:
-        """The process exit status this outcome calls for."""
-        assert self.record.stop_reason is not None
-        return EXIT_STATUS[self.record.stop_reason]
+# How many error rows are named one by one on the console; the rest are counted.
+FIRST_ERRORS = 5
 
 
 class _ErrorBudgetCrossed(Exception):
     pass
 
 
-def backoff(attempt: int) -> float:
-    """Seconds to wait after the ``attempt``-th failed attempt (1-based) before the next."""
-    return float(min(0.1 * 2 ** (attempt - 1), 5.0))
+@attrs.frozen
+class _Setup:
+    """Everything checked before anything happens."""
+
+    parts: Parts
+    config: EvalConfig
+    kind: Kind
+    earlier: RunRecord | None
+    previous: Previous | None
+
+    @property
+    def done(self) -> Collection[tuple[str, int]]:
+        """The rollouts a resume found ok: not run again."""
+        return self.previous.ok.keys() if self.previous is not None else ()
 
 
-async def _score(env: Environment, task: Any, result: Any) -> Score:
-    if env.score is None:
-        return None
-    value = env.score(task, result)
-    if inspect.isawaitable(value):
-        value = await value
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, Mapping):
-        return {str(key): float(inner) for key, inner in value.items()}
-    raise TypeError(f"score() must return a number or a mapping of numbers, not {value!r}")
+def _default_output(name: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = Path("runs") / f"{stamp}-{name}"
+    candidate, suffix = base, 1
+    while candidate.exists():
+        suffix += 1
+        candidate = base.with_name(f"{base.name}-{suffix}")
+    return candidate
 
 
-async def run_rollout(env: Environment, slot: Slot, retries: int) -> Row:
-    """Run one rollout, retrying it whole up to ``retries`` times with :func:`backoff`.
+def _setup(
+    env: object, resume: bool, output_dir: str | os.PathLike[str] | None, **settings: Any
+) -> _Setup:
+    """Resolve the environment and check every setting, before anything runs.
 
-    Returns:
-        An ok row, or an error row once every attempt raised. Only
-        ``Exception`` s are caught: cancellation and ``KeyboardInterrupt``
-        propagate.
+    Nothing is written, except that a resume sets aside a torn last line.
+
+    Raises:
+        UsageError: for the first thing refused.
     """
-    started_at = datetime.now(UTC)
-    start = trio.current_time()
-    errors: list[ErrorInfo] = []
-    for attempt in range(1, retries + 2):
-        try:
-            result = await env.run(slot.task)
-            score = await _score(env, slot.task, result)
-        except Exception as exc:
-            errors.append(ErrorInfo.of(exc))
-            if attempt <= retries:
-                await trio.sleep(backoff(attempt))
-            continue
-        return Row(
-            task_id=slot.task_id,
-            rollout=slot.rollout,
-            status="ok",
-            result=result,
-            score=score,
-            error=None,
-            attempts=attempt,
-            started_at=started_at,
-            duration_s=trio.current_time() - start,
-            earlier_errors=tuple(errors),
+    if resume and output_dir is None:
+        raise UsageError("resume=True needs output_dir: the directory of the run to continue")
+    earlier = None
+    if env is None:
+        if not resume:
+            raise UsageError("no environment given: pass one, or a TARGET string")
+        earlier = read_run_record(Path(str(output_dir)))
+        env = earlier.config.target
+        if env is None:
+            raise UsageError(
+                f"{Path(str(output_dir)) / 'run.json'} names no TARGET (the run was started "
+                f"from Python): give the environment again"
+            )
+    parts = environment(env)
+    output = Path(output_dir) if output_dir is not None else _default_output(parts.name)
+    config = configure(target=parts.target, output=str(output), **settings)
+    kind = kind_of(parts.taskset)
+    check(kind, config, resume)
+    if not resume:
+        check_new(output)
+        return _Setup(parts, config, kind, None, None)
+    earlier = earlier or read_run_record(output)
+    found = differences(earlier.config, config)
+    if found:
+        raise UsageError(
+            f"--resume refused: this command differs from the run in {output}: " + "; ".join(found)
         )
-    return Row(
-        task_id=slot.task_id,
-        rollout=slot.rollout,
-        status="error",
-        result=None,
-        score=None,
-        error=errors[-1],
-        attempts=len(errors),
-        started_at=started_at,
-        duration_s=trio.current_time() - start,
-        earlier_errors=tuple(errors[:-1]),
-    )
+    previous = read_results(output)
+    if previous.set_aside is not None:
+        warnings.warn(
+            f"set aside a torn last line of {output / RESULTS} (kept in {output / TORN})",
+            UserWarning,
+            stacklevel=3,
+        )
+    return _Setup(parts, config, kind, earlier, previous)
 
 
 @asynccontextmanager
-async def _serving(env: Environment) -> AsyncIterator[None]:
+async def _showing(shown: Display | None, tally: Tally) -> AsyncIterator[None]:
+    """Run the display's progress task around the block."""
+    if shown is None:
+        yield
+        return
+    error: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(shown.show, tally)
+            try:
+                yield
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        error = sole_exception(group)
+    if error is not None:
+        try:
+            raise error
+        finally:
+            del error
+
+
+@asynccontextmanager
+async def _serving(env: Parts) -> AsyncIterator[None]:
     if env.serving is None:
         yield
     else:
@@ -133,193 +164,230 @@ async def _serving(env: Environment) -> AsyncIterator[None]:
             yield
 
 
-async def _watch_signals(
-    drain: Drain,
-    run_scope: trio.CancelScope,
-    display: Display | None,
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
-        task_status.started()
-        async for signum in received:
-            name = signal.Signals(signum).name
-            if not drain.requested:
-                drain.request(f"{name} received")
-                if display is not None:
-                    display.note(
-                        f"{name}: draining (no new rollouts; those in flight finish). "
-                        f"Send it again to cancel them."
-                    )
-            else:
-                if display is not None:
-                    display.note(f"{name} again: cancelling the rollouts in flight")
-                run_scope.cancel()
-                return
+def _slot_label(item: object) -> str | None:
+    return f"{item.task_id} #{item.rollout}" if isinstance(item, Slot) else None
 
 
-def _prepare_directory(config: EvalConfig) -> tuple[Path, dict[tuple[str, int], Row]]:
-    directory = Path(config.output)
-    if config.resume:
-        recorded = read_run_record(directory)
-        found = differences(recorded.config, config)
-        if found:
-            raise UsageError(
-                "--resume refused: this command differs from the run in "
-                f"{directory}: " + "; ".join(found)
-            )
-        previous = read_results(directory)
-        if previous.set_aside is not None:
-            warnings.warn(
-                f"set aside a torn last line of {directory / RESULTS} (kept in {directory / TORN})",
-                UserWarning,
-                stacklevel=1,
-            )
-        return directory, previous.ok
-    if directory.exists() and not directory.is_dir():
-        raise UsageError(f"-o {directory}: exists and is not a directory")
-    if (directory / RESULTS).exists():
-        raise UsageError(
-            f"{directory} already holds {RESULTS}: pass --resume {directory} to continue "
-            f"that run, or choose another -o"
+def _name_error(row: Row, tally: Tally) -> None:
+    if tally.errors <= FIRST_ERRORS:
+        tried = f" after {row.attempts} attempts" if row.attempts > 1 else ""
+        logger.warning(
+            "task %s rollout %d failed%s: %s", row.task_id, row.rollout, tried, row.error
         )
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory, {}
 
 
-async def evaluate(
+async def _run_slots(
+    source: Source,
+    rollouts: Rollouts,
     config: EvalConfig,
-    env: Environment,
-    *,
-    drain: Drain | None = None,
-    signals: bool = False,
-    display: Display | str | None = "config",
-) -> Outcome:
-    """Run an evaluation and record it in ``config.output``.
-
-    Args:
-        config: The run's settings.
-        env: The environment to evaluate.
-        drain: A :class:`~sluicegate.Drain` that stops admission when
-            requested (the run then ends ``interrupted``); one is made if None.
-        signals: Drain on the first SIGINT/SIGTERM and cancel on the second
-            (main thread only; the command line turns this on).
-        display: A display, None for none, or ``"config"`` to follow
-            ``config.display``.
-
-    Returns:
-        The :class:`Outcome`; its record is also in ``run.json``.
-
-    Raises:
-        UsageError: for settings the environment cannot honour, found before
-            any rollout starts.
-    """
-    kind = kind_of(env.taskset)
-    check(kind, config)
+    log: RunLog,
+    tally: Tally,
+    trace: Recorder | None,
+) -> tuple[StopReason, str | None]:
     budget = ErrorBudget.parse(config.fail_on_error)
-    shown = make_display(config.display) if isinstance(display, str) else display
-    directory, previous = _prepare_directory(config)
-    tally = Tally(concurrency=config.concurrency, started=trio.current_time())
-    source = build_source(kind, env.taskset, config, previous.keys(), tally)
-    tally.add_resumed(previous.values())
-    started_at = datetime.now(UTC)
-    record = RunRecord(
-        config=config, environment=env.name, started_at=started_at, sluicegate_version=__version__
-    )
-    write_run_record(directory, record)
-
     # The runner's signature names iterables only; a SampleSource gets in
     # through its bind_run (the BindsRun protocol), which it checks at runtime.
-    stream_source: Any = source
-    drain = drain if drain is not None else Drain()
-    log = ResultsLog(directory)
-
-    async def run(item: Any) -> Row | None:
-        if not isinstance(item, Slot):
-            # A task a run of a SampleSource passed to enqueue(): it reached
-            # the runner as it was, so give it an id and its rollouts now.
-            assert isinstance(source, EvalSource)
-            source.admit_enqueued(item)
-            return None
-        tally.running += 1
-        try:
-            return await run_rollout(env, item, config.retries)
-        finally:
-            tally.running -= 1
-
-    async def consume() -> None:
+    slots: Any = source
+    try:
         async with (
-            _serving(env),
+            _serving(rollouts.env),
             open_stream(
-                stream_source, run, window=config.concurrency, ordered=False, drain=drain
+                slots,
+                rollouts,
+                window=config.concurrency,
+                ordered=False,
+                drain=rollouts.drain,
+                trace=trace,
             ) as results,
         ):
             async for done in results:
                 row = done.value
                 if row is None:
-                    continue
+                    continue  # cut short by a drain: no row, so a resume runs it again
                 log.write(row)
                 tally.add(row)
-                if row.status == "error" and budget.crossed(
-                    tally.errors, None if tally.growing else tally.planned
-                ):
-                    raise _ErrorBudgetCrossed
+                if row.status == "error":
+                    if isinstance(trace, Timeline) and row.error is not None:
+                        trace.errored(done.index, row.error.type)
+                    _name_error(row, tally)
+                    if budget.crossed(tally.errors, None if tally.growing else tally.planned):
+                        raise _ErrorBudgetCrossed
+    except _ErrorBudgetCrossed:
+        return "failed", budget_text(config, tally.errors)
+    except Exception as exc:
+        if not isinstance(exc, DuplicateTaskId):
+            # The environment's own failure: its traceback is what the user
+            # needs. Our own refusals say everything in one line.
+            logger.error("the environment failed", exc_info=exc)
+        return "failed", f"{type(exc).__name__}: {exc}"
+    return "completed", None
 
-    stop: StopReason = "completed"
-    error: str | None = None
-    run_scope = trio.CancelScope()
-    try:
-        async with trio.open_nursery() as helpers:
-            if signals:
-                await helpers.start(_watch_signals, drain, run_scope, shown)
-            if shown is not None:
-                helpers.start_soon(shown.show, tally)
-            try:
-                with run_scope:
-                    await consume()
-            except _ErrorBudgetCrossed:
-                stop = "failed"
-                error = f"--fail-on-error {config.fail_on_error}: {_errors(tally.errors)}"
-            except Exception as exc:
-                stop = "failed"
-                error = f"{type(exc).__name__}: {exc}"
-                if not isinstance(exc, DuplicateTaskId):
-                    # The environment's own failure: its traceback is what the
-                    # user needs. Our own refusals say everything in one line.
-                    traceback.print_exception(exc)
-            finally:
-                helpers.cancel_scope.cancel()
-    finally:
-        log.close()
-    if stop == "completed":
-        if run_scope.cancelled_caught or drain.requested:
-            stop = "interrupted"
-            error = drain.reason if drain.requested else "cancelled"
-        elif budget.crossed(tally.errors, tally.planned):
-            stop = "failed"
-            error = f"--fail-on-error {config.fail_on_error}: {_errors(tally.errors)}"
-    record = attrs.evolve(
-        record,
-        ended_at=datetime.now(UTC),
-        stop_reason=stop,
-        counts=tally.counts(),
-        scores=tally.means(),
-        error=error,
-    )
-    write_run_record(directory, record)
-    if shown is not None:
-        shown.summary(
-            Summary(
-                stop_reason=stop,
-                counts=record.counts,
-                scores=record.scores,
-                output=str(directory),
-                elapsed=trio.current_time() - tally.started,
-                error=error,
-            )
+
+def _stopped(
+    stop: StopReason, error: str | None, drain: Drain, cancel: trio.CancelScope
+) -> tuple[StopReason, str | None]:
+    """How the session stopped, once its drain and its cancel scope are taken into account."""
+    if stop == "completed" and (drain.requested or cancel.cancelled_caught):
+        stop = "interrupted"
+    if stop == "interrupted":
+        error = drain.reason or "cancelled"
+    return stop, error
+
+
+def _conclude(shown: Display | None, record: RunRecord, setup: _Setup, tally: Tally) -> None:
+    """Count the errors not named, and show the summary."""
+    more = tally.errors - FIRST_ERRORS
+    if more > 0:
+        logger.warning(
+            "%d more error%s not named here: every one is in %s",
+            more,
+            "" if more == 1 else "s",
+            Path(record.config.output) / RESULTS,
         )
-    return Outcome(record=record, directory=directory)
+    if shown is not None:
+        shown.summary(_summary(record, setup, tally))
 
 
-def _errors(count: int) -> str:
-    return f"{count} error" if count == 1 else f"{count} errors"
+def _summary(record: RunRecord, setup: _Setup, tally: Tally) -> Summary:
+    assert record.stop_reason is not None and record.passed is not None
+    resumable = record.config.target is not None and setup.kind.resumable
+    return Summary(
+        stop_reason=record.stop_reason,
+        passed=record.passed,
+        reasons=record.reasons,
+        counts=record.counts,
+        scores=record.scores,
+        output=record.config.output,
+        elapsed=trio.current_time() - tally.started,
+        abandoned=tuple(tally.abandoned_names),
+        resume=resume_command(record.config.output)
+        if resumable and record.stop_reason != "completed"
+        else None,
+    )
+
+
+async def evaluate(
+    env: object = None,
+    *,
+    num_tasks: int | None = None,
+    rollouts: int = 1,
+    concurrency: int = 32,
+    shuffle: int | None = None,
+    system_prompt: str | None = None,
+    ids: Iterable[str | int] = (),
+    retries: int = 0,
+    retry_on: Iterable[type[BaseException] | str] = (),
+    timeout: float | None = None,  # noqa: ASYNC109 - per attempt, not for this call
+    fail_on_error: int | float | str = 0,
+    min_score: float | Mapping[str, float] | None = None,
+    output_dir: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    display: str = "none",
+    drain: Drain | None = None,
+    signals: bool = False,
+    trace: Recorder | Literal[True] | None = None,
+) -> EvalReport:
+    """Evaluate ``env``: run its tasks' rollouts, record every one, and judge the run.
+
+    Every argument is checked, and the environment resolved, before anything
+    runs or anything is written; a mistake raises :class:`ValueError` then.
+    Writes ``results.jsonl`` (one row per rollout, as it finishes) and
+    ``run.json`` to ``output_dir``. See ``docs/eval.md`` for each setting.
+
+    Args:
+        env: An :class:`~sluicegate.eval.Environment` (or a zero-argument
+            factory of one), or a ``TARGET`` string ``path/to/file.py:NAME``
+            / ``package.module:NAME``. With ``resume=True`` it may be None:
+            the target recorded in ``run.json`` is used.
+        num_tasks: Run at most this many tasks (needed for streaming and
+            infinite tasksets).
+        rollouts: Rollouts per task.
+        concurrency: Rollouts in flight at most.
+        shuffle: Shuffle a static set with this seed.
+        system_prompt: Text set as every task's system prompt.
+        ids: Run only the tasks with these ids.
+        retries: Try a failing rollout again up to this many times, waiting
+            with exponential backoff and full jitter in between.
+        retry_on: Retry only these exceptions (classes, or names such as
+            ``"TimeoutError"`` or ``"module:Name"``); default every Exception.
+        timeout: Seconds each attempt may take; an expiry is a ``TimeoutError``.
+        fail_on_error: Error rows that fail the run: a count ``N`` (fails at
+            the ``N``-th; 0 and 1 at the first) or a fraction in (0, 1).
+        min_score: The lowest mean score that passes: a number for every
+            score, or a mapping of score names (``"*"`` for every score).
+        output_dir: Where the files go (default ``runs/<UTC time>-<name>``).
+        resume: Continue the run in ``output_dir``: skip rollouts already ok.
+        display: ``"rich"``, ``"plain"`` or ``"none"``.
+        drain: A :class:`~sluicegate.Drain`; requesting it stops admission,
+            the rollouts in flight finish, and the run ends ``interrupted``.
+        signals: Drain on the first SIGINT/SIGTERM, cancel on the second
+            (main thread only). A static set's ``load()`` then runs in a
+            worker thread, so that signals are heard while it reads.
+        trace: A recorder handed to the runner as its ``trace=``: it hears of
+            every slot pulled, started and finished. None records nothing.
+
+    Returns:
+        The :class:`~sluicegate.eval.EvalReport`; ``run.json`` says the same.
+
+    Raises:
+        ValueError: a setting, the environment or the output directory was
+            refused before anything ran (a ``load()`` that raised and
+            duplicate task ids included).
+    """
+    shown = make_display(display)
+    setup = _setup(
+        env,
+        resume,
+        output_dir,
+        num_tasks=num_tasks,
+        rollouts=rollouts,
+        concurrency=concurrency,
+        shuffle=shuffle,
+        system_prompt=system_prompt,
+        ids=ids,
+        retries=retries,
+        retry_on=retry_on,
+        timeout=timeout,
+        fail_on_error=fail_on_error,
+        min_score=min_score,
+    )
+    config = setup.config
+    tally = Tally(concurrency=config.concurrency, started=trio.current_time())
+    drain = drain if drain is not None else Drain()
+    # The first signal stops waiting for a load() still reading; the second
+    # cancels the rollouts in flight.
+    startup, cancel = trio.CancelScope(), trio.CancelScope()
+    async with (
+        drain_on_signals(
+            drain,
+            signals=DEFAULT_SIGNALS if signals else (),
+            cancel_scope=cancel,
+            on_signal=lambda _, __: startup.cancel(),
+        ),
+        _showing(shown, tally),
+    ):
+        source: Source | None = None
+        with startup:
+            source = await plan(setup.kind, setup.parts.taskset, config, setup.done, tally, signals)
+        tally.add_resumed(setup.previous.ok.values() if setup.previous else ())
+        log = RunLog(Path(config.output), begin(config, setup.parts.name, setup.earlier))
+        stop: StopReason = "interrupted"
+        error: str | None = None
+        try:
+            if source is not None:
+                rollout = Rollouts(setup.parts, tally, drain, config.retry(), config.timeout)
+                traced = (
+                    recording(log.directory, label=_slot_label)
+                    if trace is True
+                    else contextlib.nullcontext(trace)
+                )
+                with cancel, traced as recorder:
+                    stop, error = await _run_slots(source, rollout, config, log, tally, recorder)
+        finally:
+            # Written however the session ends, a KeyboardInterrupt or an
+            # outside cancellation included: run.json never stays unfinished.
+            stop, error = _stopped(stop, error, drain, cancel)
+            record = log.close(end(log.record, stop, error, tally))
+    # After the live display has stopped, so that the summary stands alone.
+    _conclude(shown, record, setup, tally)
+    return EvalReport.of(record, log.directory)

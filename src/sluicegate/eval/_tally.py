@@ -8,10 +8,13 @@ import attrs
 
 from ._records import Counts, Row
 
-__all__ = ["Tally"]
+__all__ = ["NAMED", "Tally"]
 
 # The key a plain float score is averaged under.
 SCORE = "score"
+
+# How many abandoned rollouts the summary names one by one.
+NAMED = 5
 
 
 @attrs.define
@@ -27,6 +30,9 @@ class Tally:
         errors: Error rows written by this session.
         resumed: Ok rollouts found on disk by ``--resume``.
         running: Rollouts in flight now.
+        abandoned: Rollouts a drain left unstarted in a ``SampleSource``.
+        abandoned_names: The first :data:`NAMED` of those, as ``(task id, rollout)``.
+        cut_short: Rollouts a drain stopped between attempts.
         concurrency: The ``-c`` bound, for the display.
         started: ``trio.current_time()`` at the start, for rate and elapsed.
     """
@@ -38,6 +44,9 @@ class Tally:
     errors: int = 0
     resumed: int = 0
     running: int = 0
+    abandoned: int = 0
+    abandoned_names: list[tuple[str, int]] = attrs.Factory(list)
+    cut_short: int = 0
     concurrency: int = 1
     started: float = 0.0
     _sums: dict[str, float] = attrs.Factory(dict)
@@ -70,10 +79,23 @@ class Tally:
             self.add(row)
             self.resumed += 1
 
+    def abandon(self, task_id: str, rollout: int) -> None:
+        """Count a rollout a drain left unstarted."""
+        self.abandoned += 1
+        if len(self.abandoned_names) < NAMED:
+            self.abandoned_names.append((task_id, rollout))
+
     def means(self) -> dict[str, float]:
         """The mean of each score key over the ok rollouts that have it."""
         return {key: self._sums[key] / self._counts[key] for key in sorted(self._sums)}
 
     def counts(self) -> Counts:
         """The counts for ``run.json``."""
-        return Counts(planned=self.planned, ok=self.ok, error=self.errors, resumed=self.resumed)
+        return Counts(
+            planned=self.planned,
+            ok=self.ok,
+            error=self.errors,
+            resumed=self.resumed,
+            abandoned=self.abandoned,
+            cut_short=self.cut_short,
+        )

@@ -1,7 +1,14 @@
-"""Resolve ``TARGET`` (``path/to/file.py:NAME`` or ``package.module:NAME``) to an environment."""
+"""The environment contract: the public :class:`Environment` protocol, checked once.
+
+An environment reaches :func:`~sluicegate.eval.evaluate` as an object or as
+a ``TARGET`` string (``path/to/file.py:NAME`` or ``package.module:NAME``);
+:func:`environment` resolves either into :class:`Parts`, the checked pieces
+the rest of the evaluation uses, or refuses it with a :class:`UsageError`.
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -11,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -19,12 +26,40 @@ from .._dynamic import SampleSource
 from .._taskset import Taskset
 from ._config import UsageError
 
-__all__ = ["Environment", "as_environment", "canonical_target", "resolve_target"]
+__all__ = ["Environment", "Parts", "as_parts", "canonical_target", "environment", "resolve_target"]
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """What an evaluation runs. Any object with these two members is one.
+
+    ``taskset`` is a :class:`~sluicegate.Taskset` (static, infinite or
+    streaming) or a :class:`~sluicegate.SampleSource`; ``run`` is an
+    ``async def`` taking one task and returning a result that goes into
+    ``results.jsonl``.
+
+    Three members are optional, and found by name when present:
+
+    * ``score(task, result)``: a ``float`` or a mapping of names to floats
+      (finite numbers), plain or ``async``; its means make the run's scores.
+    * ``serving()``: an async context manager held open around all the
+      rollouts (a model server, a connection pool).
+    * ``name``: a short string for the output directory and the display.
+
+    A class or a zero-argument function returning such an object is
+    accepted too: it is called once.
+    """
+
+    taskset: Taskset[Any] | SampleSource[Any, Any]
+
+    async def run(self, task: Any, /) -> Any:
+        """Run one rollout of ``task`` and return its result."""
+        ...
 
 
 @attrs.frozen
-class Environment:
-    """What ``sluicegate eval`` runs: the parts it found on the target object.
+class Parts:
+    """An environment after its contract was checked: what the evaluation uses.
 
     Attributes:
         name: A short name for the output directory and the display.
@@ -34,6 +69,7 @@ class Environment:
             (it may be async).
         serving: Optional zero-argument callable returning an async context
             manager, held open for the whole run.
+        target: The ``TARGET`` it was imported from (absolute), if any.
     """
 
     name: str
@@ -41,18 +77,39 @@ class Environment:
     run: Callable[[Any], Awaitable[Any]]
     score: Callable[[Any, Any], Any] | None = None
     serving: Callable[[], AbstractAsyncContextManager[Any]] | None = None
+    target: str | None = None
 
 
-def as_environment(obj: object, name: str) -> Environment:
-    """Check that ``obj`` keeps the environment contract and describe it.
+def _surely_sync(fn: object) -> bool:
+    """Whether ``fn`` is a plain (non-``async``) Python function, method or builtin.
+
+    Other callables (an object whose ``__call__`` is compiled, say) are
+    given the benefit of the doubt.
+    """
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.isfunction(fn) or inspect.ismethod(fn):
+        return not inspect.iscoroutinefunction(fn)
+    if inspect.isbuiltin(fn) or inspect.isclass(fn):
+        return True
+    call = inspect.getattr_static(type(fn), "__call__", None)
+    if inspect.isfunction(call):
+        return not inspect.iscoroutinefunction(call)
+    return False
+
+
+def as_parts(obj: object, name: str, target: str | None = None) -> Parts:
+    """Check that ``obj`` keeps the :class:`Environment` contract and take it apart.
 
     Args:
-        obj: The target: an object with ``taskset`` and ``run``, or a
-            zero-argument factory (a class, a function) returning one.
+        obj: The environment, or a zero-argument factory (a class, a
+            function) returning one.
         name: The fallback name, used unless ``obj`` has a string ``name``.
+        target: The ``TARGET`` it came from, if any.
 
     Raises:
-        UsageError: naming what is missing or of the wrong kind.
+        UsageError: naming what is missing or of the wrong kind (a ``run``
+            that is not ``async`` included).
     """
     if inspect.isclass(obj) or (callable(obj) and not hasattr(obj, "taskset")):
         try:
@@ -74,6 +131,11 @@ def as_environment(obj: object, name: str) -> Environment:
     run = obj.run  # type: ignore[attr-defined]
     if not callable(run):
         raise UsageError(f"{name}: run must be an async function, not {type(run).__name__}")
+    if _surely_sync(run):
+        raise UsageError(
+            f"{name}: run must be an async function (`async def run(self, task)`); "
+            f"{getattr(run, '__qualname__', run)!s} is a plain function"
+        )
     score = getattr(obj, "score", None)
     if score is not None and not callable(score):
         raise UsageError(f"{name}: score must be callable, not {type(score).__name__}")
@@ -81,13 +143,29 @@ def as_environment(obj: object, name: str) -> Environment:
     if serving is not None and not callable(serving):
         raise UsageError(f"{name}: serving must be callable, not {type(serving).__name__}")
     own_name = getattr(obj, "name", None)
-    return Environment(
+    return Parts(
         name=own_name if isinstance(own_name, str) and own_name else name,
         taskset=taskset,
         run=run,
         score=score,
         serving=serving,
+        target=target,
     )
+
+
+def environment(env: object) -> Parts:
+    """Resolve what :func:`~sluicegate.eval.evaluate` was given: an object or a ``TARGET``.
+
+    Raises:
+        UsageError: see :func:`resolve_target` and :func:`as_parts`.
+    """
+    if isinstance(env, Parts):
+        return env
+    if isinstance(env, str):
+        return resolve_target(env)
+    named = inspect.isclass(env) or inspect.isfunction(env)
+    name: str = env.__name__ if named else type(env).__name__  # type: ignore[attr-defined]
+    return as_parts(env, name.lower())
 
 
 def _is_file(where: str) -> bool:
@@ -103,7 +181,7 @@ def canonical_target(target: str) -> str:
     return f"{Path(where).resolve()}:{attr}"
 
 
-def resolve_target(target: str) -> Environment:
+def resolve_target(target: str) -> Parts:
     """Import ``target`` and return the environment it names.
 
     ``path/to/file.py:NAME`` loads the file as a module (its directory goes on
@@ -111,8 +189,9 @@ def resolve_target(target: str) -> Environment:
     imports the module, with the working directory importable.
 
     Raises:
-        UsageError: if the target is malformed, does not import, lacks
-            ``NAME``, or ``NAME`` does not keep the environment contract.
+        UsageError: if the target is malformed, does not import (or calls
+            ``sys.exit()`` while importing), lacks ``NAME``, or ``NAME`` does
+            not keep the environment contract.
     """
     where, sep, attr = target.rpartition(":")
     if not sep or not where or not attr:
@@ -129,7 +208,14 @@ def resolve_target(target: str) -> Environment:
         obj = getattr(module, attr)
     except AttributeError:
         raise UsageError(f"{target}: {where} has no attribute {attr!r}") from None
-    return as_environment(obj, stem if stem != "__main__" else attr)
+    return as_parts(obj, stem if stem != "__main__" else attr, canonical_target(target))
+
+
+def _exited(what: str, exc: SystemExit) -> UsageError:
+    return UsageError(
+        f"importing {what} called sys.exit({exc.code!r}); an environment module must not "
+        f"exit when imported (guard script code with `if __name__ == '__main__':`)"
+    )
 
 
 def _load_file(path: Path) -> ModuleType:
@@ -147,6 +233,9 @@ def _load_file(path: Path) -> ModuleType:
         sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
+    except SystemExit as exc:
+        del sys.modules[name]
+        raise _exited(repr(str(path)), exc) from None
     except Exception as exc:
         del sys.modules[name]
         raise UsageError(f"importing {str(path)!r} failed: {exc!r}") from exc
@@ -158,6 +247,8 @@ def _import_module(name: str) -> ModuleType:
         sys.path.append(os.getcwd())
     try:
         return importlib.import_module(name)
+    except SystemExit as exc:
+        raise _exited(repr(name), exc) from None
     except ModuleNotFoundError as exc:
         if exc.name is not None and name.startswith(exc.name):
             raise UsageError(f"TARGET module {name!r} not found") from exc

@@ -3,6 +3,7 @@
 See the "Running a service" page of the docs.
 """
 
+from .. import _util
 from ._journal import Journal, JournalEntry, JournalError, RecordedError
 from ._prometheus import prometheus_collector
 from ._rate import RateLimit
@@ -25,3 +26,5 @@ __all__ = [
     "prometheus_collector",
     "serve",
 ]
+
+_util.fixup_module_metadata(__name__, globals())

@@ -1,17 +1,22 @@
 """Tools for property-testing sources, runs and services built on sluicegate.
 
-A :class:`ScriptedFeed` plays a source, a :class:`RunProbe` plays a run, both
-record into a shared :class:`Trace`, and :func:`check_trace` checks the trace
-against the runner's invariants. :func:`schedules` generates whole scenarios
-for Hypothesis. Use them under trio's ``MockClock(autojump_threshold=0)`` so
-that durations and gaps cost no real time.
+A :class:`ScriptedFeed` plays a source, a :class:`RunProbe` plays a run, and
+:func:`traced_source`/:func:`traced_run` wrap your own; all of them record
+into a shared :class:`Trace`, and :func:`check_trace` checks the trace
+against the runner's invariants (numbered as in ``docs/runner.md``).
+:func:`schedules` generates whole scenarios for Hypothesis; it is the only
+part that needs Hypothesis installed. Use them under trio's
+``MockClock(autojump_threshold=0)`` so that durations and gaps cost no real
+time.
 """
 
+from .. import _util
 from ._checks import InvariantViolation, TraceSummary, check_trace
 from ._feed import ScriptedFeed, ScriptedIter
 from ._probe import ProbeError, RunProbe
 from ._strategies import Schedule, SourceError, schedules, windows
 from ._trace import Event, Trace
+from ._traced import traced_run, traced_source
 
 __all__ = [
     "Event",
@@ -26,5 +31,9 @@ __all__ = [
     "TraceSummary",
     "check_trace",
     "schedules",
+    "traced_run",
+    "traced_source",
     "windows",
 ]
+
+_util.fixup_module_metadata(__name__, globals())

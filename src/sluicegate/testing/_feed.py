@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic
 
 import trio
 
 from ._trace import Trace
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
+    # A feed or probe built without items to infer from is of Any items.
+    T = TypeVar("T", default=Any)
+else:
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 _END = object()
 
@@ -57,10 +65,10 @@ class ScriptedFeed(Generic[T]):
         self._trace = trace
         self._arrived = trio.lowlevel.ParkingLot()
         self._parked_waiters = trio.lowlevel.ParkingLot()
-        self.pulls = 0
-        self.delivered = 0
-        self.parked = False
-        self.close_count = 0
+        self.pulls: int = 0
+        self.delivered: int = 0
+        self.parked: bool = False
+        self.close_count: int = 0
 
     # -- driving it from the test ---------------------------------------------------
 
@@ -156,9 +164,9 @@ class ScriptedIter(Generic[T]):
     def __init__(self, items: Iterable[T], *, trace: Trace | None = None) -> None:
         self._items = iter(items)
         self._trace = trace
-        self.pulls = 0
-        self.delivered = 0
-        self.close_count = 0
+        self.pulls: int = 0
+        self.delivered: int = 0
+        self.close_count: int = 0
 
     @property
     def closed(self) -> bool:

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Hashable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic
 
 import trio
 
 from ._trace import Trace
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
+    # A feed or probe built without items to infer from is of Any items.
+    T = TypeVar("T", default=Any)
+else:
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 
 class ProbeError(Exception):
@@ -57,8 +65,8 @@ class RunProbe(Generic[T]):
         self.finished: list[T] = []
         self.failed: list[T] = []
         self.cancelled: list[T] = []
-        self.alive = 0
-        self.peak = 0
+        self.alive: int = 0
+        self.peak: int = 0
 
     def release(self, item: T) -> None:
         """Let the gated run of ``item`` go on (now or whenever it starts)."""

@@ -1,17 +1,26 @@
-"""Hypothesis strategies for runner schedules."""
+"""Generated runner scenarios: :class:`Schedule` and its Hypothesis strategies.
+
+Hypothesis is imported only when a strategy is built, so the rest of
+:mod:`sluicegate.testing` (and :class:`Schedule` itself) works without it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
-from hypothesis import strategies as st
 
 from ._feed import ScriptedFeed, ScriptedIter
 from ._probe import RunProbe
 from ._trace import Trace
 
+if TYPE_CHECKING:
+    from hypothesis.strategies import DrawFn, SearchStrategy
 
+
+@final
 @attrs.frozen
 class Schedule:
     """One generated scenario: the items ``0..n-1``, how the source delivers
@@ -70,25 +79,41 @@ class SourceError(Exception):
     """Raised by a scheduled source at ``source_fail_at``."""
 
 
-_duration = st.sampled_from([0.0, 0.0, 0.5, 1.0, 1.5, 2.0, 5.0, 13.0])
+_DURATIONS = (0.0, 0.0, 0.5, 1.0, 1.5, 2.0, 5.0, 13.0)
 
 
-def windows(*, max_window: int = 8, unbounded: bool = True) -> st.SearchStrategy[int | None]:
-    """Window sizes from 1 to ``max_window``, and None when ``unbounded``."""
-    sizes: st.SearchStrategy[int | None] = st.integers(1, max_window)
+@contextmanager
+def _needs_hypothesis(strategy: str) -> Iterator[None]:
+    try:
+        yield
+    except ImportError as exc:
+        raise ImportError(
+            f"sluicegate.testing.{strategy}() needs Hypothesis, which the test extra "
+            "installs: pip install 'sluicegate[test]'",
+            name="hypothesis",
+        ) from exc
+
+
+def windows(*, max_window: int = 8, unbounded: bool = True) -> SearchStrategy[int | None]:
+    """Window sizes from 1 to ``max_window``, and None when ``unbounded``.
+
+    Raises:
+        ImportError: Hypothesis is not installed (the ``test`` extra brings it).
+    """
+    with _needs_hypothesis("windows"):
+        from hypothesis import strategies as st
+    sizes: SearchStrategy[int | None] = st.integers(1, max_window)
     return st.one_of(sizes, st.none()) if unbounded else sizes
 
 
-@st.composite
 def schedules(
-    draw: st.DrawFn,
     *,
     max_items: int = 20,
     failures: bool = True,
     quiet: bool = False,
     unbounded: bool = True,
-) -> Schedule:
-    """Generate a :class:`Schedule`.
+) -> SearchStrategy[Schedule]:
+    """A Hypothesis strategy of :class:`Schedule`.
 
     Args:
         max_items: The most items a schedule holds.
@@ -98,22 +123,34 @@ def schedules(
             ``failures`` is true (so the run still ends); otherwise the test
             must end it (a drain or a cancel).
         unbounded: Allow ``window=None``.
+
+    Raises:
+        ImportError: Hypothesis is not installed (the ``test`` extra brings it).
     """
-    count = draw(st.integers(0, max_items))
-    durations = tuple(draw(st.lists(_duration, min_size=count, max_size=count)))
-    gaps = tuple(draw(st.lists(_duration, min_size=count, max_size=count)))
-    window = draw(windows(unbounded=unbounded))
-    fail_at = source_fail_at = None
-    if failures and count and draw(st.booleans()):
-        if draw(st.booleans()):
-            fail_at = draw(st.integers(0, count - 1))
-        else:
-            source_fail_at = draw(st.integers(0, count))
-    ends = True
-    if quiet and draw(st.booleans()):
-        if not failures or fail_at is not None or source_fail_at is not None:
-            ends = False
-        elif count:
-            ends = False
-            fail_at = draw(st.integers(0, count - 1))
-    return Schedule(durations, gaps, window, fail_at, source_fail_at, ends)
+    with _needs_hypothesis("schedules"):
+        from hypothesis import strategies as st
+    window_sizes = windows(unbounded=unbounded)
+    duration = st.sampled_from(_DURATIONS)
+
+    @st.composite
+    def draw_schedule(draw: DrawFn) -> Schedule:
+        count = draw(st.integers(0, max_items))
+        durations = tuple(draw(st.lists(duration, min_size=count, max_size=count)))
+        gaps = tuple(draw(st.lists(duration, min_size=count, max_size=count)))
+        window = draw(window_sizes)
+        fail_at = source_fail_at = None
+        if failures and count and draw(st.booleans()):
+            if draw(st.booleans()):
+                fail_at = draw(st.integers(0, count - 1))
+            else:
+                source_fail_at = draw(st.integers(0, count))
+        ends = True
+        if quiet and draw(st.booleans()):
+            if not failures or fail_at is not None or source_fail_at is not None:
+                ends = False
+            elif count:
+                ends = False
+                fail_at = draw(st.integers(0, count - 1))
+        return Schedule(durations, gaps, window, fail_at, source_fail_at, ends)
+
+    return draw_schedule()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 import attrs
 import trio
@@ -22,6 +22,7 @@ EventKind = Literal[
 ]
 
 
+@final
 @attrs.frozen
 class Event:
     """One thing that happened, with the trio clock's time when it did."""
@@ -31,13 +32,15 @@ class Event:
     time: float = 0.0
 
 
+@final
 @attrs.define
 class Trace:
     """An append-only list of :class:`Event`, shared by feeds, probes and tests.
 
-    Pass one trace to a :class:`ScriptedFeed` and a :class:`RunProbe` so their
-    events interleave in the order they happened, then check it with
-    :func:`~sluicegate.testing.check_trace`.
+    Pass one trace to a :class:`ScriptedFeed` and a :class:`RunProbe` (or to
+    :func:`traced_source` and :func:`traced_run` around your own source and
+    run) so their events interleave in the order they happened, then check
+    it with :func:`~sluicegate.testing.check_trace`.
     """
 
     events: list[Event] = attrs.field(factory=list)

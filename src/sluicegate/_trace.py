@@ -1,0 +1,846 @@
+"""Opt-in recording of a stream's runs, and the Chrome trace that shows it.
+
+A :class:`Timeline` is the recorder that :func:`~sluicegate.run_stream` and
+:func:`~sluicegate.open_stream` call through their ``trace=`` argument: it
+hears each item pulled, started and finished, and the drain, failure and
+close instants, in the order they happen. It gives each run the lowest free
+place of the window (its *slot*), so a slot's runs never overlap, and keeps
+times on trio's clock, relative to its first event.
+
+Given a ``log`` path it also appends every start and finish to an event log,
+written with one ``write()`` each, so a run killed at any instant (SIGKILL
+included) leaves on disk every run that started, and which of them finished.
+:meth:`Timeline.read` rebuilds timelines from that log or from a Chrome
+trace, and :func:`recording` is the few lines a command needs to keep both
+``trace.jsonl`` and ``trace.json`` in a run directory. See docs/observe.md.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import os
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Literal, final
+
+import attrs
+import cattrs
+import trio
+from cattrs.gen import make_dict_unstructure_fn, override
+
+__all__ = [
+    "TRACE",
+    "TRACE_LOG",
+    "Mark",
+    "Outcome",
+    "Span",
+    "Timeline",
+    "recording",
+    "trace_files",
+    "write_atomically",
+    "write_chrome_trace",
+]
+
+logger = logging.getLogger("sluicegate")
+
+TRACE: Final = "trace.json"
+TRACE_LOG: Final = "trace.jsonl"
+LOG_FORMAT: Final = 1
+
+Outcome = Literal["ok", "error", "cancelled", "unfinished", "unstarted"]
+
+# How a finished run ended, as stored in the timeline's columns and the log.
+_OK, _ERROR, _CANCELLED = 0, 1, 2
+_OUTCOMES: Final[tuple[Outcome, ...]] = ("ok", "error", "cancelled")
+_CODES: Final[dict[str, int]] = {name: code for code, name in enumerate(_OUTCOMES)}
+
+# The Chrome trace viewer's reserved colour names (Perfetto colours by name).
+_CNAME: Final[dict[str, str]] = {
+    "ok": "good",
+    "error": "terrible",
+    "cancelled": "grey",
+    "unfinished": "yellow",
+}
+
+
+@final
+@attrs.frozen
+class Span:
+    """One item of a recorded stream.
+
+    Times are seconds on trio's clock since the timeline's first event.
+
+    Attributes:
+        index: The item's position in pull order, from 0.
+        label: What the timeline's label function said of the item, or None.
+        slot: The window place that ran it, from 0; None if it never started.
+        pulled: When it came out of the source.
+        started: When its run started; None if it never did.
+        finished: When its run ended; None if it has not (yet).
+        outcome: ``"ok"``, ``"error"`` (the run raised), ``"cancelled"``,
+            ``"unfinished"`` (started, no end recorded: still running, or the
+            process was killed) or ``"unstarted"`` (pulled, never run).
+        error: The exception's type name for an ``"error"``, else None.
+    """
+
+    index: int
+    label: str | None
+    slot: int | None
+    pulled: float
+    started: float | None
+    finished: float | None
+    outcome: Outcome
+    error: str | None = None
+
+
+@final
+@attrs.frozen
+class Mark:
+    """An instant of a recorded stream: ``"drain"``, ``"failure"`` or ``"close"``.
+
+    Attributes:
+        what: Which instant.
+        time: Seconds since the timeline's first event.
+    """
+
+    what: str
+    time: float
+
+
+@final
+class Timeline:
+    """A recorder of one stream's runs: pass it as ``trace=`` to the runner.
+
+    ``run_stream(source, run, window=8, trace=timeline)`` calls
+    :meth:`pulled`, :meth:`started` and :meth:`finished` once per item and
+    :meth:`marked` for the drain, the first failure and the source's close.
+    Afterwards :attr:`spans`, :attr:`marks` and :attr:`in_flight` describe
+    the run and :meth:`write_chrome_trace` writes it for Perfetto. A caller
+    that turns its runs' failures into results (as ``eval`` does) reports
+    them with :meth:`errored`.
+
+    Recording costs about two microseconds per item and keeps one compact
+    record (about 45 bytes and the label) per item in memory; use one
+    timeline per stream. See docs/observe.md.
+
+    Args:
+        label: Called once with each item as it is pulled; its result, as a
+            string, names the item (a task id, a key). An exception from it
+            is logged and the item left unlabelled: recording never fails
+            the stream.
+        log: A file to append every start, finish and instant to, as it
+            happens, one flushed line each (see :meth:`Timeline.read`).
+            Call :meth:`close` (or use the timeline as a context manager)
+            to close it.
+    """
+
+    def __init__(
+        self,
+        *,
+        label: Callable[[Any], object] | None = None,
+        log: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self._label = label
+        # Set by the first event: trio's clock (one stream lives in one
+        # trio.run), its reading then, and the wall-clock time then.
+        self._clock: Callable[[], float] | None = None
+        self._origin = 0.0
+        self._started_at: datetime | None = None
+        # A floor for `end` where the record alone cannot tell it (a run
+        # read back as unfinished ran until then).
+        self._last = 0.0
+        # Pulled and not started: index -> (pulled, label).
+        self._pending: dict[int, tuple[float, str | None]] = {}
+        # Running: index -> (pulled, started, slot, label).
+        self._running: dict[int, tuple[float, float, int, str | None]] = {}
+        # Slots freed by finished runs (a heap: the lowest is reused first),
+        # and how many slots have ever been used.
+        self._free: list[int] = []
+        self._slots = 0
+        # Finished and unstarted items, one column per field, in the order
+        # they ended: compact, and cheap to append to.
+        self._index = array("q")
+        self._pulled = array("d")
+        self._started = array("d")
+        self._finished = array("d")
+        self._slot = array("i")
+        self._code = bytearray()
+        self._labels: list[str | None] = []
+        self._errors: dict[int, str] = {}
+        self._unstarted: list[Span] = []
+        self._marks: list[Mark] = []
+        self._log_path = None if log is None else Path(log)
+        self._fd: int | None = None
+
+    # -- the runner's hooks ------------------------------------------------------
+
+    def _begin(self) -> Callable[[], float]:
+        clock = trio.lowlevel.current_clock().current_time
+        self._clock = clock
+        self._origin = clock()
+        self._started_at = datetime.now(UTC)
+        if self._log_path is not None:
+            try:
+                self._open_log(self._log_path)
+            except OSError:
+                # Recording must never fail the stream it records.
+                logger.exception("Timeline: cannot open the event log %s", self._log_path)
+                self._release()
+        return clock
+
+    def pulled(self, index: int, item: object) -> None:
+        """Item ``index`` came out of the source."""
+        clock = self._clock or self._begin()
+        now = clock() - self._origin
+        label = None
+        if self._label is not None:
+            label = self._name(item)
+        self._pending[index] = (now, label)
+
+    def started(self, index: int) -> None:
+        """The run of item ``index`` started; it takes the lowest free slot."""
+        clock = self._clock or self._begin()
+        now = clock() - self._origin
+        pulled, label = self._pending.pop(index, (now, None))
+        if self._free:
+            slot = heapq.heappop(self._free)
+        else:
+            slot = self._slots
+            self._slots += 1
+        self._running[index] = (pulled, now, slot, label)
+        if self._fd is not None:
+            self._write(f'["s",{index},{pulled:.6f},{now:.6f},{slot},{json.dumps(label)}]\n')
+
+    def finished(self, index: int, error: BaseException | None) -> None:
+        """The run of item ``index`` ended: ``error`` None for ok, else what it raised.
+
+        ``trio.Cancelled`` records the run as cancelled. An item that ends
+        without having started is recorded as unstarted.
+        """
+        clock = self._clock or self._begin()
+        now = clock() - self._origin
+        if error is None:
+            code, name = _OK, None
+        elif isinstance(error, trio.Cancelled):
+            code, name = _CANCELLED, None
+        else:
+            code, name = _ERROR, type(error).__qualname__
+        running = self._running.pop(index, None)
+        if running is None:
+            self._never_started(index, now)
+            return
+        heapq.heappush(self._free, running[2])
+        self._store(index, running, now, code, name)
+        if self._fd is not None:
+            if name is None:
+                self._write(f'["f",{index},{now:.6f},{code}]\n')
+            else:
+                self._write(f'["f",{index},{now:.6f},{code},{json.dumps(name)}]\n')
+
+    def errored(self, index: int, error: BaseException | str) -> None:
+        """Record item ``index`` as an error although its run returned.
+
+        For a caller that catches failures inside its runs and reports them
+        in the result, as ``sluicegate eval`` does with a rollout that used up
+        its retries: the timeline then shows what the caller counts as an
+        error. Call it before or after the item finishes.
+
+        Args:
+            index: The item.
+            error: The exception, or its type name.
+        """
+        name = error if isinstance(error, str) else type(error).__qualname__
+        self._errors[index] = name
+        if self._fd is not None:
+            self._write(f'["e",{index},{json.dumps(name)}]\n')
+
+    def marked(self, what: str) -> None:
+        """An instant: ``"drain"`` requested, first ``"failure"``, source ``"close"``."""
+        clock = self._clock or self._begin()
+        now = clock() - self._origin
+        self._marks.append(Mark(what, now))
+        if self._fd is not None:
+            self._write(f'["m",{json.dumps(what)},{now:.6f}]\n')
+
+    # -- bookkeeping shared by the hooks and the log reader -----------------------
+
+    def _name(self, item: object) -> str | None:
+        assert self._label is not None
+        try:
+            name = self._label(item)
+        except Exception:
+            logger.warning(
+                "Timeline: the label function raised; item left unlabelled", exc_info=True
+            )
+            return None
+        return None if name is None else str(name)
+
+    def _store(
+        self,
+        index: int,
+        running: tuple[float, float, int, str | None],
+        now: float,
+        code: int,
+        error: str | None,
+    ) -> None:
+        """Keep a finished run (``running`` as it was in ``_running``)."""
+        pulled, started, slot, label = running
+        self._index.append(index)
+        self._pulled.append(pulled)
+        self._started.append(started)
+        self._finished.append(now)
+        self._slot.append(slot)
+        self._code.append(code)
+        self._labels.append(label)
+        if error is not None:
+            self._errors[index] = error
+
+    def _never_started(self, index: int, now: float) -> None:
+        pulled, label = self._pending.pop(index, (now, None))
+        self._unstarted.append(Span(index, label, None, pulled, None, None, "unstarted"))
+        self._last = max(self._last, now)
+        if self._fd is not None:
+            self._write(f'["u",{index},{pulled:.6f},{json.dumps(label)}]\n')
+
+    # -- the event log --------------------------------------------------------------
+
+    def _open_log(self, path: Path) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = fd
+        # A log a kill tore mid-line gets its newline first, so this
+        # session's header starts a line of its own.
+        if os.fstat(fd).st_size:
+            with path.open("rb") as existing:
+                existing.seek(-1, os.SEEK_END)
+                if existing.read(1) != b"\n":
+                    os.write(fd, b"\n")
+        assert self._started_at is not None
+        header = _Header(sluicegate_trace=LOG_FORMAT, started_at=self._started_at, pid=os.getpid())
+        self._write(json.dumps(_converter.unstructure(header)) + "\n")
+
+    def _write(self, line: str) -> None:
+        # One write() per line and no buffer of our own: what a run has
+        # written is in the OS once the call returns, and a SIGKILL cannot
+        # take it back. A log that cannot be written is dropped, never fatal.
+        assert self._fd is not None
+        try:
+            os.write(self._fd, line.encode())
+        except OSError:
+            logger.exception(
+                "Timeline: cannot write the event log %s; stopped logging", self._log_path
+            )
+            self._release()
+
+    def _release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def close(self) -> None:
+        """Close the event log, if any; recording in memory goes on. Idempotent.
+
+        Items pulled and never started are recorded (and logged) as unstarted.
+        """
+        end = self.end
+        for index in list(self._pending):
+            self._never_started(index, end)
+        self._release()
+
+    def __enter__(self) -> Timeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- what was recorded ------------------------------------------------------------
+
+    @property
+    def started_at(self) -> datetime | None:
+        """The wall-clock time (UTC) of the first event, or None before it."""
+        return self._started_at
+
+    @property
+    def end(self) -> float:
+        """The time of the latest event recorded, in seconds since the first."""
+        return max(
+            self._last,
+            max(self._finished, default=0.0),
+            max((mark.time for mark in self._marks), default=0.0),
+            max((entry[1] for entry in self._running.values()), default=0.0),
+            max((entry[0] for entry in self._pending.values()), default=0.0),
+        )
+
+    @property
+    def slots(self) -> int:
+        """How many window places were ever used at once (the highest slot + 1)."""
+        return self._slots
+
+    @property
+    def spans(self) -> list[Span]:
+        """Every item pulled, in index order, however it ended (or not)."""
+        spans = [
+            Span(
+                index=self._index[i],
+                label=self._labels[i],
+                slot=self._slot[i],
+                pulled=self._pulled[i],
+                started=self._started[i],
+                finished=self._finished[i],
+                outcome=self._outcome(self._index[i], self._code[i]),
+                error=self._errors.get(self._index[i]),
+            )
+            for i in range(len(self._index))
+        ]
+        spans.extend(self._unstarted)
+        spans.extend(
+            Span(index, label, slot, pulled, started, None, "unfinished")
+            for index, (pulled, started, slot, label) in self._running.items()
+        )
+        spans.extend(
+            Span(index, label, None, pulled, None, None, "unstarted")
+            for index, (pulled, label) in self._pending.items()
+        )
+        spans.sort(key=lambda span: span.index)
+        return spans
+
+    def _outcome(self, index: int, code: int) -> Outcome:
+        if code == _OK and index in self._errors:
+            return "error"  # see errored()
+        return _OUTCOMES[code]
+
+    def unfinished(self) -> list[Span]:
+        """The runs that started and have no recorded end, in index order.
+
+        In a timeline read back from the log of a killed or hung process,
+        these are what it left behind.
+        """
+        return [span for span in self.spans if span.outcome == "unfinished"]
+
+    @property
+    def marks(self) -> list[Mark]:
+        """The drain, failure and close instants, in the order they happened."""
+        return list(self._marks)
+
+    @property
+    def in_flight(self) -> list[tuple[float, int]]:
+        """``(time, runs in flight just after it)`` where that number changed, in time order.
+
+        Derived from the starts and finishes, so that recording costs less: a
+        run that ends at the very instant the next one starts (under trio's
+        ``MockClock``, say) leaves no mark.
+        """
+        changes: dict[float, int] = {}
+        for time in self._started:
+            changes[time] = changes.get(time, 0) + 1
+        for time in self._finished:
+            changes[time] = changes.get(time, 0) - 1
+        for _, started, _, _ in self._running.values():
+            changes[started] = changes.get(started, 0) + 1
+        flight = []
+        count = 0
+        for time in sorted(changes):
+            if changes[time]:
+                count += changes[time]
+                flight.append((time, count))
+        return flight
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> list[Timeline]:
+        """Rebuild the timelines (one per session) of a log, a Chrome trace or a run directory.
+
+        A directory is read through its ``trace.jsonl`` when it has one (it holds
+        what a killed run left behind), else its ``trace.json``; a file ending
+        in ``.jsonl`` or starting like one is an event log. A torn last line
+        of a log's session (a kill in the middle of a write) is skipped.
+
+        Raises:
+            FileNotFoundError: the path, or any trace in the directory, is missing.
+            ValueError: the file is not a sluicegate trace or event log.
+        """
+        path = Path(path)
+        if path.is_dir():
+            chrome, log = trace_files(path)
+            if log.is_file():
+                return _read_log(log)
+            if chrome.is_file():
+                return _read_chrome(chrome)
+            raise FileNotFoundError(
+                f"{path} holds no {TRACE} or {TRACE_LOG}: record the run with a Timeline "
+                f"(eval --trace, campaign run --trace)"
+            )
+        with path.open("rb") as file:
+            head = file.read(64)
+        if path.suffix == ".jsonl" or head.startswith(b'{"sluicegate_trace"'):
+            return _read_log(path)
+        return _read_chrome(path)
+
+    def write_chrome_trace(self, path: str | os.PathLike[str]) -> None:
+        """Write this timeline as a Chrome trace: what Perfetto and ``chrome://tracing`` open.
+
+        Each run is a ``"ph": "X"`` event on the row (``tid``) of its slot,
+        with ``ts`` and ``dur`` in microseconds and ``args`` holding its
+        index, label, outcome, error type and pull time; ``"M"`` events name
+        and order the rows; a ``"C"`` counter tracks the runs in flight and
+        ``"i"`` instants mark the drain, the failure and the close. The file
+        is replaced atomically.
+
+        Raises:
+            OSError: if the file cannot be written.
+        """
+        write_chrome_trace(path, [self])
+
+    def __repr__(self) -> str:
+        return (
+            f"<Timeline {len(self._index)} finished, {len(self._running)} running, "
+            f"{len(self._marks)} marks>"
+        )
+
+
+# -- the Chrome Trace Event format -------------------------------------------------------
+
+
+@attrs.frozen
+class _Header:
+    """The first line of each session in an event log."""
+
+    sluicegate_trace: int
+    started_at: datetime
+    pid: int
+
+
+# Not frozen: a trace holds a few events per item, and a frozen attrs
+# instance costs three times as much to make.
+@attrs.define
+class _Event:
+    """One event of the Chrome Trace Event format (the fields sluicegate uses)."""
+
+    name: str
+    ph: str
+    ts: float
+    pid: int
+    tid: int
+    dur: float | None = None
+    cat: str | None = None
+    s: str | None = None
+    cname: str | None = None
+    args: dict[str, Any] | None = None
+
+
+@attrs.frozen
+class _Session:
+    pid: int
+    started_at: datetime | None
+    offset_us: float
+
+
+@attrs.frozen
+class _OtherData:
+    format: str
+    sessions: list[_Session]
+
+
+@attrs.frozen
+class _ChromeTrace:
+    traceEvents: list[_Event]
+    otherData: _OtherData
+    displayTimeUnit: str = "ms"
+
+
+# Without detailed validation, structuring runs about twice as fast; a
+# trace that is not ours still fails, with a plainer message.
+_converter = cattrs.Converter(detailed_validation=False)
+_converter.register_unstructure_hook(datetime, lambda value: value.isoformat())
+_converter.register_structure_hook(datetime, lambda value, _: datetime.fromisoformat(value))
+# Optional fields are left out rather than written as null: viewers treat
+# "dur": null or "s": null as malformed.
+_omit = override(omit_if_default=True)
+_converter.register_unstructure_hook(
+    _Event,
+    make_dict_unstructure_fn(
+        _Event,
+        _converter,
+        dur=_omit,
+        cat=_omit,
+        s=_omit,
+        cname=_omit,
+        args=_omit,
+    ),
+)
+
+_FORMAT_NAME: Final = "sluicegate-trace/1"
+
+
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 3)
+
+
+def _chrome_events(timelines: Sequence[Timeline]) -> _ChromeTrace:
+    """Every event of ``timelines``; each one a process (``pid``) of its own.
+
+    Sessions are placed on one time axis by their wall-clock start, so a
+    resumed run's sessions follow each other.
+    """
+    starts = [tl.started_at for tl in timelines if tl.started_at is not None]
+    base = min(starts) if starts else None
+    events: list[_Event] = []
+    sessions: list[_Session] = []
+    for pid, timeline in enumerate(timelines, 1):
+        offset = 0.0
+        if base is not None and timeline.started_at is not None:
+            offset = _us((timeline.started_at - base).total_seconds())
+        sessions.append(_Session(pid=pid, started_at=timeline.started_at, offset_us=offset))
+        name = "sluicegate" if len(timelines) == 1 else f"sluicegate session {pid}"
+        events.append(_Event("process_name", "M", 0, pid, 0, args={"name": name}))
+        events.append(_Event("process_sort_index", "M", 0, pid, 0, args={"sort_index": pid}))
+        for slot in range(timeline.slots):
+            events.append(_Event("thread_name", "M", 0, pid, slot, args={"name": f"slot {slot}"}))
+            events.append(_Event("thread_sort_index", "M", 0, pid, slot, args={"sort_index": slot}))
+        end = timeline.end
+        for span in timeline.spans:
+            args: dict[str, Any] = {
+                "index": span.index,
+                "label": span.label,
+                "outcome": span.outcome,
+                "pulled": offset + _us(span.pulled),
+            }
+            if span.error is not None:
+                args["error"] = span.error
+            if span.started is None or span.slot is None:
+                events.append(
+                    _Event(
+                        f"unstarted {span.label or span.index}",
+                        "i",
+                        offset + _us(span.pulled),
+                        pid,
+                        0,
+                        cat="unstarted",
+                        s="p",
+                        args=args,
+                    )
+                )
+                continue
+            finished = end if span.finished is None else span.finished
+            events.append(
+                _Event(
+                    span.label or f"item {span.index}",
+                    "X",
+                    offset + _us(span.started),
+                    pid,
+                    span.slot,
+                    dur=max(0.0, _us(finished - span.started)),
+                    cat=span.outcome,
+                    cname=_CNAME[span.outcome],
+                    args=args,
+                )
+            )
+        # Instants that round to the same microsecond share one sample.
+        flight: dict[float, int] = {}
+        for time, count in timeline.in_flight:
+            flight[offset + _us(time)] = count
+        events.extend(
+            _Event("in flight", "C", ts, pid, 0, args={"runs": count})
+            for ts, count in flight.items()
+        )
+        events.extend(
+            _Event(mark.what, "i", offset + _us(mark.time), pid, 0, cat="mark", s="g")
+            for mark in timeline.marks
+        )
+    return _ChromeTrace(traceEvents=events, otherData=_OtherData(_FORMAT_NAME, sessions))
+
+
+def write_chrome_trace(path: str | os.PathLike[str], timelines: Sequence[Timeline]) -> None:
+    """Write ``timelines`` as one Chrome trace (see :meth:`Timeline.write_chrome_trace`).
+
+    Several timelines (the sessions of a resumed run) become processes of
+    their own, placed on one time axis by their wall-clock start.
+
+    Raises:
+        OSError: if the file cannot be written.
+    """
+    trace = _chrome_events(timelines)
+    # dumps() then one write: json.dump() to a file encodes in small pieces,
+    # several times slower.
+    write_atomically(Path(path), json.dumps(_converter.unstructure(trace), separators=(",", ":")))
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` and a newline to ``path``: a reader sees the old file or the new one.
+
+    Raises:
+        OSError: if the file cannot be written.
+    """
+    # A name of this process's own: `sluicegate trace` may rebuild a trace
+    # while the run itself writes it.
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text(text + "\n", encoding="utf-8")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+# -- reading a trace back ---------------------------------------------------------------
+
+
+def trace_files(directory: Path) -> tuple[Path, Path]:
+    """``(trace.json, trace.jsonl)`` of a run directory."""
+    return directory / TRACE, directory / TRACE_LOG
+
+
+def _read_log(path: Path) -> list[Timeline]:
+    timelines: list[Timeline] = []
+    timeline: Timeline | None = None
+    lines = path.read_bytes().split(b"\n")
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            entry = json.loads(raw)
+            if isinstance(entry, dict):
+                header = _converter.structure(entry, _Header)
+                timeline = Timeline()
+                timeline._started_at = header.started_at
+                timelines.append(timeline)
+                continue
+            if timeline is None:
+                raise ValueError("an event before the first header")
+            _replay(timeline, entry)
+        except (ValueError, KeyError, IndexError, TypeError, cattrs.BaseValidationError) as exc:
+            if _ends_session(lines, number):
+                # The last line of a session, torn by a kill in the middle of
+                # its write.
+                logger.info("%s line %d: skipped a torn last line", path, number)
+                continue
+            raise ValueError(
+                f"{path} line {number} is not a sluicegate trace event: {exc}"
+            ) from None
+    if not timelines:
+        if not any(raw.strip() for raw in lines):
+            # A stream that never pulled anything: recording() made the file,
+            # and the first event never came to write the header.
+            return [Timeline()]
+        raise ValueError(f"{path} is not a sluicegate event log (no header line)")
+    return timelines
+
+
+def _ends_session(lines: list[bytes], number: int) -> bool:
+    """Whether line ``number`` (from 1) is the last of its session."""
+    for after in lines[number:]:
+        if after.strip():
+            return after.startswith(b'{"sluicegate_trace"')
+    return True
+
+
+def _replay(timeline: Timeline, entry: list[Any]) -> None:
+    kind = entry[0]
+    if kind == "s":
+        _, index, pulled, started, slot, label = entry
+        timeline._slots = max(timeline._slots, slot + 1)
+        timeline._running[index] = (pulled, started, slot, label)
+    elif kind == "f":
+        index, now, code = entry[1], entry[2], entry[3]
+        running = timeline._running.pop(index, None)
+        if running is not None:
+            timeline._store(index, running, now, code, entry[4] if len(entry) > 4 else None)
+    elif kind == "u":
+        _, index, pulled, label = entry
+        timeline._unstarted.append(Span(index, label, None, pulled, None, None, "unstarted"))
+        timeline._last = max(timeline._last, pulled)
+    elif kind == "e":
+        _, index, name = entry
+        timeline._errors[index] = name
+    elif kind == "m":
+        _, what, now = entry
+        timeline._marks.append(Mark(what, now))
+    else:
+        raise ValueError(f"unknown event kind {kind!r}")
+
+
+def _read_chrome(path: Path) -> list[Timeline]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        trace = _converter.structure(data, _ChromeTrace)
+    except (ValueError, KeyError, TypeError, cattrs.BaseValidationError) as exc:
+        raise ValueError(f"{path} is not a sluicegate Chrome trace: {exc!r}") from None
+    if trace.otherData.format != _FORMAT_NAME:
+        raise ValueError(f"{path} is not a sluicegate Chrome trace ({trace.otherData.format!r})")
+    try:
+        return _rebuild(trace)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path} has a malformed event: {exc!r}") from None
+
+
+def _rebuild(trace: _ChromeTrace) -> list[Timeline]:
+    timelines: dict[int, Timeline] = {}
+    offsets: dict[int, float] = {}
+    for session in trace.otherData.sessions:
+        timeline = Timeline()
+        timeline._started_at = session.started_at
+        timelines[session.pid] = timeline
+        offsets[session.pid] = session.offset_us
+
+    def seconds(pid: int, ts: float) -> float:
+        return (ts - offsets[pid]) / 1e6
+
+    for event in trace.traceEvents:
+        timeline = timelines[event.pid]
+        args = event.args or {}
+        if event.ph == "X":
+            start = seconds(event.pid, event.ts)
+            end = start + (event.dur or 0.0) / 1e6
+            running = (seconds(event.pid, args["pulled"]), start, event.tid, args["label"])
+            timeline._slots = max(timeline._slots, event.tid + 1)
+            if args["outcome"] == "unfinished":
+                timeline._running[args["index"]] = running
+                # It ran at least until the trace was written.
+                timeline._last = max(timeline._last, end)
+            else:
+                code = _CODES[args["outcome"]]
+                timeline._store(args["index"], running, end, code, args.get("error"))
+        elif event.ph == "i" and event.cat == "mark":
+            timeline._marks.append(Mark(event.name, seconds(event.pid, event.ts)))
+        elif event.ph == "i" and event.cat == "unstarted":
+            pulled = seconds(event.pid, args["pulled"])
+            timeline._unstarted.append(
+                Span(args["index"], args["label"], None, pulled, None, None, "unstarted")
+            )
+    for timeline in timelines.values():
+        timeline._marks.sort(key=lambda mark: mark.time)
+    return list(timelines.values())
+
+
+# -- a run directory's trace ----------------------------------------------------------------
+
+
+@contextmanager
+def recording(
+    directory: str | os.PathLike[str], *, label: Callable[[Any], object] | None = None
+) -> Iterator[Timeline]:
+    """Record a stream into a run directory: ``trace.jsonl`` while it runs, ``trace.json`` after.
+
+    ``with recording(run_dir, label=...) as timeline:`` then pass
+    ``trace=timeline`` to the runner. Each start and finish is appended to
+    ``trace.jsonl`` as it happens (a kill leaves it readable); on leaving the
+    block, however it is left, ``trace.json`` is written from the whole log,
+    earlier sessions of a resumed run included.
+
+    Raises:
+        OSError: if the directory cannot be written, before anything runs.
+    """
+    chrome, log = trace_files(Path(directory))
+    # Fail before the stream starts, not at its first event.
+    os.close(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    timeline = Timeline(label=label, log=log)
+    try:
+        yield timeline
+    finally:
+        timeline.close()
+        try:
+            write_chrome_trace(chrome, _read_log(log) if log.stat().st_size else [timeline])
+        except (OSError, ValueError):
+            logger.exception("could not write %s from %s", chrome, log)

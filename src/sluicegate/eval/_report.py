@@ -1,0 +1,162 @@
+"""How a run ended: the verdict, the ``run.json`` record of each session, and :class:`EvalReport`.
+
+``stop_reason`` says how the run stopped (``completed``, ``failed``,
+``interrupted``); the verdict says whether it *passed*: it completed within
+its error budget and every ``--min-score`` was met.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import final
+
+import attrs
+
+from .. import __version__
+from ._config import EVERY_SCORE, ErrorBudget, EvalConfig
+from ._records import RunRecord, Session, StopReason
+from ._tally import Tally
+
+__all__ = ["EXIT_STATUS", "EvalReport", "begin", "budget_text", "end", "shortfalls"]
+
+# The process exit status for each way a run can end; a completed run that
+# did not pass exits 1, like a failed one.
+EXIT_STATUS: dict[StopReason, int] = {"completed": 0, "failed": 1, "interrupted": 130}
+
+
+@final
+@attrs.frozen
+class EvalReport:
+    """What :func:`~sluicegate.eval.evaluate` returns; the same facts as ``run.json``.
+
+    Attributes:
+        ok: Rollouts that finished ok (a resume counts earlier sessions' too).
+        errors: Error rows this session wrote.
+        scores: The mean of each score over the ok rollouts (a plain
+            ``float`` score is named ``"score"``).
+        stop_reason: ``"completed"``, ``"failed"`` or ``"interrupted"``.
+        passed: Whether the run completed within its error budget and met
+            every ``min_score``.
+        output_dir: Where ``run.json`` and ``results.jsonl`` are.
+        reasons: Why it did not pass, one sentence each (empty if it passed).
+        error: What failed or interrupted the run, if anything.
+    """
+
+    ok: int
+    errors: int
+    scores: Mapping[str, float]
+    stop_reason: StopReason
+    passed: bool
+    output_dir: Path
+    reasons: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def exit_status(self) -> int:
+        """The status ``sluicegate eval`` exits with: 0 passed, 1 not, 130 interrupted."""
+        if self.stop_reason == "completed" and not self.passed:
+            return 1
+        return EXIT_STATUS[self.stop_reason]
+
+    @classmethod
+    def of(cls, record: RunRecord, output_dir: Path) -> EvalReport:
+        """The report of a finished ``record``."""
+        assert record.stop_reason is not None and record.passed is not None
+        return cls(
+            ok=record.counts.ok,
+            errors=record.counts.error,
+            scores=dict(record.scores),
+            stop_reason=record.stop_reason,
+            passed=record.passed,
+            output_dir=output_dir,
+            reasons=record.reasons,
+            error=record.error,
+        )
+
+
+def _errors(count: int) -> str:
+    return f"{count} error" if count == 1 else f"{count} errors"
+
+
+def budget_text(config: EvalConfig, errors: int) -> str:
+    """Why the error budget failed the run."""
+    return f"--fail-on-error {config.fail_on_error}: {_errors(errors)}"
+
+
+def shortfalls(min_score: Mapping[str, float], means: Mapping[str, float]) -> list[str]:
+    """One sentence for every ``--min-score`` the means do not meet."""
+    found = []
+    for name, floor in min_score.items():
+        wanted = dict(means) if name == EVERY_SCORE else {name: means.get(name)}
+        flag = f"--min-score {floor:g}" if name == EVERY_SCORE else f"--min-score {name}={floor:g}"
+        if not wanted:
+            found.append(f"no scores to hold to {flag}")
+        for key, mean in wanted.items():
+            if mean is None:
+                found.append(f"no score named {key!r} to hold to {flag}")
+            elif mean < floor:
+                found.append(f"mean {key} {mean:.4g} is below {flag}")
+    return found
+
+
+def begin(config: EvalConfig, name: str, earlier: RunRecord | None) -> RunRecord:
+    """The record written when a session starts: the earlier sessions and a new one.
+
+    A ``run.json`` from before sessions were kept becomes one session made
+    of its top-level fields.
+    """
+    now = datetime.now(UTC)
+    sessions: tuple[Session, ...] = ()
+    started_at = now
+    if earlier is not None:
+        started_at = earlier.started_at
+        sessions = earlier.sessions or (
+            Session(
+                started_at=earlier.started_at,
+                ended_at=earlier.ended_at,
+                stop_reason=earlier.stop_reason,
+                counts=earlier.counts,
+            ),
+        )
+    return RunRecord(
+        config=config,
+        environment=name,
+        started_at=started_at,
+        sessions=(*sessions, Session(started_at=now)),
+        sluicegate_version=__version__,
+    )
+
+
+def end(
+    record: RunRecord,
+    stop: StopReason,
+    error: str | None,
+    tally: Tally,
+) -> RunRecord:
+    """The record of a session that stopped for ``stop``, with its verdict."""
+    config = record.config
+    if stop == "completed" and ErrorBudget.parse(config.fail_on_error).crossed(
+        tally.errors, tally.planned
+    ):
+        stop, error = "failed", budget_text(config, tally.errors)
+    means = tally.means()
+    reasons = []
+    if stop != "completed":
+        reasons.append(f"{stop}: {error}" if error else stop)
+    reasons.extend(shortfalls(config.min_score, means))
+    now = datetime.now(UTC)
+    counts = tally.counts()
+    last = attrs.evolve(record.sessions[-1], ended_at=now, stop_reason=stop, counts=counts)
+    return attrs.evolve(
+        record,
+        ended_at=now,
+        stop_reason=stop,
+        counts=counts,
+        scores=means,
+        error=error,
+        passed=not reasons,
+        reasons=tuple(reasons),
+        sessions=(*record.sessions[:-1], last),
+    )

@@ -1,0 +1,206 @@
+"""One rollout: its attempts under the retry policy and the timeout, then its row.
+
+Two pieces, so that where an attempt runs can change without touching the
+rest. An :data:`AttemptFn` runs one attempt of one slot and returns its
+:class:`Scored` result; :func:`attempt_here` is the default, in this
+process. :class:`Rollouts` is the runner's ``run``: it applies the retry
+policy and timeout (:func:`sluicegate.service._retry.attempt`, the same
+loop ``serve()`` uses) to the attempt function and makes the
+:class:`~sluicegate.eval._records.Row`. A bridge that runs attempts on a
+cluster hands :class:`Rollouts` its own ``attempt``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import outcome
+import trio
+
+from .._runner import Drain
+from ..service import Retry
+from ..service._retry import CutShort, attempt
+from ._records import ErrorInfo, Row, Score
+from ._tally import Tally
+from ._target import Parts
+
+if TYPE_CHECKING:
+    from ._plan import Slot
+
+__all__ = [
+    "AttemptFn",
+    "DuplicateTaskId",
+    "Rollouts",
+    "Scored",
+    "attempt_here",
+    "current_rollout",
+    "rollout_of",
+]
+
+_rollout: ContextVar[int | None] = ContextVar("sluicegate_eval_rollout", default=None)
+
+
+def current_rollout() -> int:
+    """Which rollout of its task the calling code belongs to, counting from 0.
+
+    Works inside an evaluation's ``run`` and ``score`` (at any depth, and in
+    tasks they spawn) and in its ``SampleSource`` hooks ``on_complete`` and
+    ``on_abandoned``: the rollout of the task they were called for.
+
+    Raises:
+        RuntimeError: outside an evaluation's rollout.
+    """
+    rollout = _rollout.get()
+    if rollout is None:
+        raise RuntimeError(
+            "sluicegate.eval.current_rollout() must be called from inside an evaluation's "
+            "run, score, on_complete or on_abandoned"
+        )
+    return rollout
+
+
+@contextmanager
+def rollout_of(rollout: int) -> Iterator[None]:
+    """Make :func:`current_rollout` return ``rollout`` inside the block."""
+    token = _rollout.set(rollout)
+    try:
+        yield
+    finally:
+        _rollout.reset(token)
+
+
+@attrs.frozen
+class Scored:
+    """What one successful attempt produced: the run's result and its score."""
+
+    result: Any
+    score: Score
+
+
+AttemptFn = Callable[[Parts, "Slot"], Awaitable[Scored]]
+"""Runs one attempt of a slot's rollout: ``run(task)``, then ``score(task, result)``."""
+
+
+def _finite(value: object) -> float:
+    number = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(number):
+        raise ValueError(f"score() returned {number!r}: a score must be a finite number")
+    return number
+
+
+async def _score(env: Parts, task: Any, result: Any) -> Score:
+    if env.score is None:
+        return None
+    value = env.score(task, result)
+    if inspect.isawaitable(value):
+        value = await value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _finite(value)
+    if isinstance(value, Mapping):
+        return {str(key): _finite(inner) for key, inner in value.items()}
+    raise TypeError(f"score() must return a number or a mapping of numbers, not {value!r}")
+
+
+async def attempt_here(env: Parts, slot: Slot) -> Scored:
+    """The default :data:`AttemptFn`: run and score the slot's task in this process."""
+    result = await env.run(slot.task)
+    return Scored(result, await _score(env, slot.task, result))
+
+
+class DuplicateTaskId(ValueError):
+    """Two tasks of one evaluation have the same id, or one rollout was added twice."""
+
+
+class _Fatal(BaseException):
+    """Carries an exception past :func:`~sluicegate.service._retry.attempt`, which
+    would otherwise make an error row of it."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+@attrs.frozen
+class Rollouts:
+    """The runner's ``run``: one slot in, one row out (None when a drain cut it short).
+
+    Attributes:
+        env: The environment.
+        tally: Counts rollouts in flight and those cut short.
+        drain: Ends a wait between attempts; the rollout then has no row,
+            so a resume runs it again.
+        retry: The retry policy, or None for a single attempt.
+        timeout: Seconds each attempt may take, or None.
+        attempt: Runs one attempt (see :data:`AttemptFn`).
+    """
+
+    env: Parts
+    tally: Tally
+    drain: Drain
+    retry: Retry | None = None
+    timeout: float | None = None
+    attempt: AttemptFn = attempt_here
+
+    async def _once(self, slot: Slot) -> Scored:
+        try:
+            return await self.attempt(self.env, slot)
+        except DuplicateTaskId as exc:
+            # Not the rollout's failure but the evaluation's: neither an
+            # error row nor worth a retry.
+            raise _Fatal(exc) from None
+
+    async def __call__(self, slot: Slot) -> Row | None:
+        started_at = datetime.now(UTC)
+        start = trio.current_time()
+        self.tally.running += 1
+        try:
+            with rollout_of(slot.rollout):
+                tried = await attempt(
+                    functools.partial(self._once, slot),
+                    retry=self.retry,
+                    limit=self.timeout,
+                    drain=self.drain,
+                )
+        except CutShort:
+            self.tally.cut_short += 1
+            return None
+        except _Fatal as fatal:
+            raise fatal.error from None
+        finally:
+            self.tally.running -= 1
+        duration = trio.current_time() - start
+        earlier = tuple(ErrorInfo.of(exc) for exc in tried.earlier)
+        if isinstance(tried.result, outcome.Value):
+            scored: Scored = tried.result.value
+            return Row(
+                task_id=slot.task_id,
+                rollout=slot.rollout,
+                status="ok",
+                result=scored.result,
+                score=scored.score,
+                error=None,
+                attempts=tried.attempts,
+                started_at=started_at,
+                duration_s=duration,
+                earlier_errors=earlier,
+            )
+        return Row(
+            task_id=slot.task_id,
+            rollout=slot.rollout,
+            status="error",
+            result=None,
+            score=None,
+            error=ErrorInfo.of(tried.result.error),
+            attempts=tried.attempts,
+            started_at=started_at,
+            duration_s=duration,
+            earlier_errors=earlier,
+        )

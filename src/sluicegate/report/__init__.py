@@ -1,0 +1,15 @@
+"""Looking at a run: a timeline image, a self-contained HTML report, and anomalies.
+
+``sluicegate plot`` and ``sluicegate report`` are thin over these functions,
+and ``sluicegate trace`` over :meth:`sluicegate.Timeline.read`; see
+docs/observe.md. A run is recorded with a :class:`~sluicegate.Timeline`
+(``eval --trace``, ``campaign run --trace``).
+"""
+
+from .. import _util
+from ._html import write_report
+from ._plot import PlotUnavailable, plot
+
+__all__ = ["PlotUnavailable", "plot", "write_report"]
+
+_util.fixup_module_metadata(__name__, globals())

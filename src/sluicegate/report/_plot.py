@@ -1,0 +1,163 @@
+"""``sluicegate plot``: a run's timeline (and score distribution) as an image, with matplotlib."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._trace import Timeline
+from ._layout import COLOURS, MARKS, flight_columns, place
+from ._run import RunView, read_run
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+__all__ = ["PlotUnavailable", "plot"]
+
+# The runs in flight are drawn at about the image's width in pixels.
+_COLUMNS = 1200
+
+
+class PlotUnavailable(ImportError):
+    """matplotlib is not installed: the ``plot`` extra brings it."""
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise PlotUnavailable(
+            "sluicegate plot needs matplotlib, which the 'plot' extra installs: "
+            "pip install 'sluicegate[plot]'"
+        ) from exc
+    # A file is all we draw: no window, no display needed.
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot(path: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
+    """Draw the timeline of ``path`` (a trace, an event log or a run directory) into ``output``.
+
+    One row per slot with a bar per run, coloured by how it ended; drain,
+    failure and close as vertical lines; the runs in flight below. For an
+    evaluation's run directory, the score distribution beside it. The
+    image format follows ``output``'s suffix (``.png``, ``.svg``, ``.pdf``).
+
+    Returns:
+        ``output`` as a Path.
+
+    Raises:
+        PlotUnavailable: matplotlib is not installed.
+        FileNotFoundError: ``path`` holds no trace.
+        ValueError: ``path`` is not a sluicegate trace.
+    """
+    plt = _pyplot()
+    path, output = Path(path), Path(output)
+    timelines = Timeline.read(path)
+    run = read_run(path) if path.is_dir() else None
+    scores = run.score_series() if run is not None else {}
+    figure = plt.figure(figsize=(12 if scores else 10, 5.5), layout="constrained")
+    grid = figure.add_gridspec(
+        2, 2 if scores else 1, height_ratios=(3, 1), width_ratios=(3, 1) if scores else None
+    )
+    slots = figure.add_subplot(grid[0, 0])
+    flight = figure.add_subplot(grid[1, 0], sharex=slots)
+    _draw_timeline(slots, flight, timelines)
+    figure.suptitle(_title(path, run))
+    if scores:
+        _draw_scores(figure.add_subplot(grid[:, 1]), scores)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(output, dpi=110)
+    plt.close(figure)
+    return output
+
+
+def _title(path: Path, run: RunView | None) -> str:
+    name = path.name or str(path)
+    if run is not None and run.summary is not None:
+        summary = run.summary
+        parts = [summary.environment or name]
+        if summary.stop_reason:
+            parts.append(summary.stop_reason)
+        if summary.passed is not None:
+            parts.append("passed" if summary.passed else "did not pass")
+        return " · ".join(parts)
+    return name
+
+
+def _draw_timeline(slots: Axes, flight: Axes, timelines: Sequence[Timeline]) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+
+    placed = place(timelines)
+    bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    for span, end in zip(placed.spans, placed.ends, strict=True):
+        assert span.started is not None and span.slot is not None
+        bars.setdefault((span.slot, span.outcome), []).append((span.started, end - span.started))
+    # A hairline between neighbouring runs while there are few enough to see.
+    edge = (
+        {"edgecolor": "white", "linewidth": 0.6}
+        if len(placed.spans) <= 60 * max(placed.slots, 1)
+        else {"linewidth": 0}
+    )
+    for (slot, outcome), ranges in bars.items():
+        slots.broken_barh(ranges, (slot - 0.4, 0.8), facecolors=COLOURS[outcome], **edge)
+    handles: list[Any] = [
+        Patch(color=colour, label=outcome)
+        for outcome, colour in COLOURS.items()
+        if any(key[1] == outcome for key in bars)
+    ]
+    for axes in (slots, flight):
+        for mark in placed.marks:
+            colour, style = MARKS.get(mark.what, ("#000000", "solid"))
+            axes.axvline(mark.time, color=colour, linestyle=style, linewidth=1.2)
+        for start in placed.sessions:
+            axes.axvline(start, color="#bbbbbb", linewidth=3)
+    handles.extend(
+        Line2D([], [], color=colour, linestyle=style, label=what)
+        for what, (colour, style) in MARKS.items()
+        if any(mark.what == what for mark in placed.marks)
+    )
+    rows = max(placed.slots, 1)
+    slots.set_ylim(rows - 0.5, -0.5)
+    slots.set_ylabel("slot")
+    if rows <= 16:
+        slots.set_yticks(range(rows), [f"slot {slot}" for slot in range(rows)])
+    if handles:
+        slots.legend(
+            handles=handles,
+            loc="lower right",
+            bbox_to_anchor=(1.0, 1.0),
+            fontsize="small",
+            ncols=8,
+            frameon=False,
+        )
+    slots.tick_params(labelbottom=False)
+    if placed.in_flight:
+        highs = flight_columns(placed.in_flight, placed.end, _COLUMNS)
+        width = placed.end / _COLUMNS
+        times = [column * width for column in range(_COLUMNS + 1)]
+        highs.append(highs[-1])
+        flight.step(times, highs, where="post", color="#333333", linewidth=1)
+        flight.fill_between(times, highs, step="post", color="#333333", alpha=0.15)
+    flight.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
+    flight.set_ylim(0, max(rows, 1) * 1.1)
+    flight.set_ylabel("in flight")
+    flight.set_xlabel("seconds")
+    flight.set_xlim(0, max(placed.end, 1e-6))
+
+
+def _draw_scores(axes: Axes, scores: dict[str, list[float]]) -> None:
+    names = list(scores)[:6]
+    for name in names:
+        axes.hist(scores[name], bins=20, histtype="step", linewidth=1.5, label=name)
+    axes.set_title("scores")
+    axes.set_xlabel("score")
+    axes.set_ylabel("rollouts")
+    if len(names) > 1:
+        axes.legend(fontsize="small")

@@ -1,0 +1,198 @@
+"""Resuming: a controller killed at any moment, children that outlive it, late results,
+and a controller of another version. Real child processes running tests/campaign_jobs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import trio
+
+from sluicegate.campaign import (
+    CampaignError,
+    Outcome,
+    _scheduler,
+    read_report,
+    reconcile,
+    run_campaign,
+)
+from sluicegate.campaign._convert import write_json_atomic
+from sluicegate.campaign._job import JobResult
+from sluicegate.campaign._launch import child_alive
+from sluicegate.campaign._outdir import current_controller
+from sluicegate.campaign._report import Controller
+from test_campaign import (
+    PATIENCE_S,
+    Env,
+    Watch,
+    _read,
+    gated,
+    kill_controller_once_running,
+    statuses,
+)
+
+D = Decimal
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Env:
+    return Env(tmp_path)
+
+
+# A controller that dies (os._exit, as a SIGKILL would: no cleanup runs) at a
+# chosen moment of its first start.
+_DIES_AT = """
+import os, pathlib, sys, trio
+from sluicegate.campaign import _outdir, run_campaign
+
+moment = sys.argv[4]
+if moment == "while-freezing":
+    def freeze(source, code_dir):
+        (code_dir / "half-copied.py").write_text("")
+        os._exit(9)
+    _outdir.freeze = freeze
+elif moment == "before-campaign-json":
+    def write(path, value, **kwargs):
+        if path.name == "campaign.json":
+            os._exit(9)
+    _outdir.write_json_atomic = write
+elif moment == "before-rename":
+    def rename(self, target):
+        os._exit(9)
+    pathlib.Path.rename = rename
+trio.run(run_campaign, *sys.argv[1:4])
+"""
+
+
+@pytest.mark.parametrize("moment", ["while-freezing", "before-campaign-json", "before-rename"])
+async def test_a_controller_killed_while_starting_leaves_a_directory_the_command_continues(
+    env: Env, moment: str
+) -> None:
+    runs = env.path("runs.log")
+    env.write_plan([{"key": "a", "options": {"runs": runs}}])
+    args = [str(env.plan_path), str(env.out), str(env.ledger_path), moment]
+    with trio.fail_after(PATIENCE_S):
+        done = await trio.run_process([sys.executable, "-c", _DIES_AT, *args], check=False)
+    assert done.returncode == 9
+    assert not (env.out / "report.json").exists()
+    report = await env.run()
+    assert statuses(report) == {"a": "verified"} and env.runs() == ["a"]
+    assert sorted(p.name for p in env.out.iterdir() if p.name.startswith(".code")) == []
+    assert (env.out / "code" / "fakejob.py").is_file()
+
+
+async def test_a_directory_holding_someone_elses_code_is_refused(env: Env) -> None:
+    env.write_plan([{"key": "a"}])
+    (env.out / "code").mkdir(parents=True)
+    with pytest.raises(CampaignError, match="holds a code/ that no campaign made"):
+        await env.run()
+
+
+async def test_a_child_that_outlives_its_controller_is_adopted_and_waited_for(env: Env) -> None:
+    b = {"key": "b", "options": {"runs": env.path("runs.log")}}
+    env.write_plan([gated(env, "a"), b], max_parallel=1)
+    await kill_controller_once_running(env, "a")
+    pid = int(_read(env.path("started-a")))
+    watch = Watch()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(env.run, watch)
+        first = await watch.until(lambda r: True)
+        # Still running, not guessed uncertain; it fills the one place, so b waits.
+        assert statuses(first) == {"a": "running", "b": "pending"}
+        assert first.row("a").pid == pid
+        env.open_gate("gate-a")
+    final = watch.reports[-1]
+    assert statuses(final) == {"a": "verified", "b": "verified"}
+    assert max(r.running for r in watch.reports) == 1
+    assert env.runs() == ["a", "b"]  # a ran once, in the first controller's child
+    assert final.row("a").exit_code is None  # only its parent could learn it
+    assert env.ledger.usage(env.scope()).uncertain == 0
+
+
+async def test_stopping_a_resumed_controller_stops_its_adopted_child(env: Env) -> None:
+    env.write_plan([gated(env, "a")])
+    await kill_controller_once_running(env, "a")
+    watch = Watch()
+    with trio.fail_after(PATIENCE_S):
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(env.run, watch)
+                await watch.until(lambda r: r.running == 1)
+                scope.cancel()  # what a second SIGINT does
+    row = read_report(env.out).row("a")
+    if row.process_start is None:
+        pytest.skip("no /proc: an adopted child cannot be identified here")
+    assert row.status == "uncertain" and row.awaiting_result
+    assert "stopped" in (row.reason or "")
+    assert not child_alive(env.out / "jobs" / "a" / "child.lock")
+    env.open_gate("gate-a")
+
+
+async def test_a_result_written_after_its_row_went_uncertain_is_imported_by_a_rerun(
+    env: Env,
+) -> None:
+    env.write_plan([{"key": "a", "options": {"crash": 3}}, {"key": "b"}], max_parallel=1)
+    first = await env.run()
+    assert statuses(first) == {"a": "uncertain", "b": "pending"}
+    assert first.row("a").awaiting_result
+    # As if the job had written it late (a child nobody could stop, say).
+    result = JobResult("a", Outcome("verified", cost=D("0.5")))
+    write_json_atomic(env.out / "jobs" / "a" / "result.json", result)
+    final = await env.run()
+    assert statuses(final) == {"a": "verified", "b": "verified"}
+    assert final.row("a").cost == D("0.5") and not final.row("a").awaiting_result
+    assert env.ledger.usage(env.scope()).uncertain == 0
+
+
+async def test_reconcile_imports_a_late_result_and_refuses_while_the_child_runs(
+    env: Env,
+) -> None:
+    env.write_plan([{"key": "a", "options": {"crash": 3}}, {"key": "b"}], max_parallel=1)
+    await env.run()
+    with pytest.raises(CampaignError, match="no result to import"):
+        reconcile(env.out, "a")
+    lock = os.open(env.out / "jobs" / "a" / "child.lock", os.O_RDWR)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # as a child still running would
+        with pytest.raises(CampaignError, match="still runs"):
+            reconcile(env.out, "a", "blocked")
+    finally:
+        os.close(lock)
+    result = JobResult("a", Outcome("generated_unverified", cost=D("0.25")))
+    write_json_atomic(env.out / "jobs" / "a" / "result.json", result)
+    report = reconcile(env.out, "a")
+    row = report.row("a")
+    assert (row.status, row.cost, row.reconciled) == ("generated_unverified", D("0.25"), True)
+    assert report.stop_reason == "reconciled"
+    assert statuses(await env.run()) == {"a": "generated_unverified", "b": "verified"}
+
+
+async def test_another_controller_is_refused_unless_upgrade_is_allowed(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.write_plan([{"key": "a"}, {"key": "b", "options": {"status": "blocked"}}], target=2)
+    await env.run()
+    mine = current_controller()
+    other = Controller("9.9.9", "sha256:" + "0" * 64)
+    monkeypatch.setattr(_scheduler, "current_controller", lambda: other)
+    with pytest.raises(CampaignError) as info:
+        await env.run()
+    message = str(info.value)
+    assert f"was started by sluicegate {mine.version} ({mine.source_hash[:12]}" in message
+    assert "this is sluicegate 9.9.9 (sha256:000000000000)" in message
+    assert "--allow-upgrade" in message
+    await run_campaign(env.plan_path, env.out, env.ledger_path, allow_upgrade=True)
+    manifest = json.loads((env.out / "campaign.json").read_text())
+    assert manifest["controller"]["version"] == "9.9.9"
+    assert manifest["upgrades"] == [{"version": mine.version, "source_hash": mine.source_hash}]
+    # A directory from before versions were recorded needs the same consent.
+    del manifest["controller"]
+    (env.out / "campaign.json").write_text(json.dumps(manifest))
+    with pytest.raises(CampaignError, match="did not record its version"):
+        await env.run()

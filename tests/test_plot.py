@@ -1,0 +1,79 @@
+"""``sluicegate plot``: a real image of a run's timeline."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from observe_runs import png_size, write_eval_run
+from sluicegate.cli import main
+from sluicegate.report import PlotUnavailable, plot
+
+
+def colours(path: Path) -> set[tuple[int, int, int]]:
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(path)
+    return {
+        (round(r * 255), round(g * 255), round(b * 255))
+        for row in pixels[::4]
+        for r, g, b, *_ in row[::4]
+    }
+
+
+OK_GREEN = (0x3A, 0x92, 0x3A)
+ERROR_RED = (0xD6, 0x27, 0x28)
+
+
+def test_plot_of_an_eval_run_directory(tmp_path: Path) -> None:
+    write_eval_run(tmp_path / "run", 300)
+    written = plot(tmp_path / "run", tmp_path / "timeline.png")
+    assert written == tmp_path / "timeline.png"
+    width, height = png_size(written)
+    # Timeline and score histogram side by side: a wide image.
+    assert 1100 <= width <= 1600 and 500 <= height <= 700
+    assert 30_000 < written.stat().st_size < 1_000_000
+    seen = colours(written)
+    assert OK_GREEN in seen and ERROR_RED in seen
+
+
+def test_plot_of_a_trace_file_has_no_score_panel(tmp_path: Path) -> None:
+    write_eval_run(tmp_path, 50, error_every=0)
+    written = plot(tmp_path / "trace.json", tmp_path / "t.png")
+    width, _ = png_size(written)
+    assert 900 <= width < 1200
+    seen = colours(written)
+    assert OK_GREEN in seen and ERROR_RED not in seen
+
+
+def test_plot_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_eval_run(tmp_path, 20)
+    assert main(["plot", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'timeline.png'}"
+    png_size(tmp_path / "timeline.png")
+    assert main(["plot", str(tmp_path / "trace.jsonl"), "-o", str(tmp_path / "t.svg")]) == 0
+    assert (tmp_path / "t.svg").read_text(encoding="utf-8").lstrip().startswith("<?xml")
+
+
+def test_plot_without_a_trace_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_eval_run(tmp_path, 5, trace=False)
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "holds no trace.json or trace.jsonl" in capsys.readouterr().err
+    assert main(["plot", str(tmp_path / "nope.json")]) == 2
+    assert "nope.json: No such file or directory" in capsys.readouterr().err
+    assert not (tmp_path / "timeline.png").exists()
+
+
+def test_plot_without_matplotlib_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_eval_run(tmp_path, 5)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(PlotUnavailable, match=r"sluicegate\[plot\]"):
+        plot(tmp_path, tmp_path / "t.png")
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "pip install 'sluicegate[plot]'" in capsys.readouterr().err

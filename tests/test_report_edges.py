@@ -1,0 +1,267 @@
+"""The plot, the report and ``sluicegate trace`` on the awkward runs.
+
+A resumed run whose first session was killed, a run of many slots with
+drains and failures, odd rows, and files that are not what they claim.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from observe_runs import png_size, write_eval_run
+from sluicegate import Timeline
+from sluicegate._trace import TRACE, TRACE_LOG, recording
+from sluicegate.cli import main
+from sluicegate.report import plot, write_report
+
+
+class Boom(Exception):
+    pass
+
+
+def killed_then_resumed(directory: Path) -> None:
+    """Session 1: 30 slots, a drain, then killed with 3 runs going; session 2 fails."""
+
+    async def first() -> None:
+        timeline = Timeline(
+            label=lambda n: None if n == 0 else f"task-{n}", log=directory / TRACE_LOG
+        )
+        for index in range(30):
+            timeline.pulled(index, index)
+            timeline.started(index)
+        await trio.sleep(1)
+        for index in range(27):
+            timeline.finished(index, None)
+        timeline.marked("drain")
+        timeline.pulled(30, 30)  # taken as the drain landed, never run
+        await trio.sleep(1)
+        # SIGKILL: no close, no finish for items 27, 28 and 29.
+
+    async def second() -> None:
+        with recording(directory, label=str) as timeline:
+            for index in range(3):
+                timeline.pulled(index, index)
+                timeline.started(index)
+            await trio.sleep(2)
+            timeline.finished(0, Boom())
+            timeline.marked("failure")
+            timeline.finished(1, CANCELLED)
+            timeline.finished(2, CANCELLED)
+            timeline.marked("close")
+
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    trio.run(first, clock=clock)
+    trio.run(second, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def cancelled() -> trio.Cancelled:
+    caught: list[trio.Cancelled] = []
+
+    async def main() -> None:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            try:
+                await trio.sleep_forever()
+            except trio.Cancelled as exc:
+                caught.append(exc)
+                raise
+
+    trio.run(main)
+    return caught[0]
+
+
+CANCELLED = cancelled()
+
+
+def test_trace_of_a_killed_then_resumed_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    killed_then_resumed(tmp_path)
+    first, second = Timeline.read(tmp_path)
+    assert [span.index for span in first.unfinished()] == [27, 28, 29]
+    # Item 30 was pulled and never started: a pull alone is not written to
+    # the log (close() would have), so the killed session does not know it.
+    assert [span.index for span in first.spans] == list(range(30))
+    assert [span.outcome for span in second.spans] == ["error", "cancelled", "cancelled"]
+    assert main(["trace", str(tmp_path), "--anomalies"]) == 1
+    out = capsys.readouterr().out
+    assert "3 run(s) started and never finished" in out
+    assert all(f"task-{index}\n" in out for index in (27, 28, 29))
+    assert main(["trace", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    # The log's last event in session 1 is the drain: a killed run's log
+    # knows nothing after its last line.
+    assert "session 1: 30 items over 1.000 s in 30 slots" in out
+    assert "session 2: 3 items over 2.000 s in 3 slots" in out
+    assert "  drain at 1.000 s" in out and "  failure at 2.000 s" in out
+
+    events = json.loads((tmp_path / TRACE).read_text())["traceEvents"]
+    unfinished = [e for e in events if e["ph"] == "X" and e["args"]["outcome"] == "unfinished"]
+    # An unfinished run is drawn until the last event of its session.
+    assert [(e["pid"], e["ts"], e["dur"]) for e in unfinished] == [(1, 0.0, 1e6)] * 3
+    assert {e["pid"] for e in events if e["ph"] == "X" and e["args"]["outcome"] == "error"} == {2}
+
+
+def test_plot_and_report_of_a_killed_then_resumed_run(tmp_path: Path) -> None:
+    killed_then_resumed(tmp_path)
+    width, height = png_size(plot(tmp_path, tmp_path / "t.png"))
+    assert width > 900 and height > 500
+    page = write_report(tmp_path).read_text(encoding="utf-8")
+    assert "33 runs over 3 s in 2 sessions in 30 slots" in page
+    assert "a later session starts" in page
+    assert "30 slots</text>" in page  # too many rows to name each
+    for what in ("drain at 1 s", "failure at", "close at"):
+        assert what in page
+    assert 'class="rollouts"' not in page  # a trace alone: no table
+
+
+def test_report_of_odd_rows(tmp_path: Path) -> None:
+    write_eval_run(tmp_path, 6, trace=False)
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    rows[0]["score"] = {"exact": 1.0, "f1": float("nan")}
+    rows[1]["duration_s"] = 1234.5
+    rows[2]["duration_s"] = None
+    rows[3]["error"] = {"type": "RuntimeError", "message": "x" * 500}
+    rows[3]["status"] = "error"
+    rows[4]["error"] = {"type": "KeyError", "message": "line one\nline two"}
+    rows[4]["status"] = "error"
+    rows[5]["status"] = "skipped"
+    lines = [json.dumps(row) for row in rows] + ['{"rollout": 1}', "[1, 2]"]
+    (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n")
+    record = json.loads((tmp_path / "run.json").read_text())
+    record.update(passed=None, stop_reason="failed", sessions=[{}, {}])
+    (tmp_path / "run.json").write_text(json.dumps(record))
+
+    page = write_report(tmp_path).read_text(encoding="utf-8")
+    assert "exact=1, f1=nan" in page
+    assert "1,234.5 s" in page
+    assert "2 line(s) that are not rows skipped" in page
+    # A long message is cut in the summary line, whole when opened.
+    head = "RuntimeError: " + "x" * 500
+    assert f"<summary>{head[:159]}…</summary><pre>{head}</pre>" in page
+    assert "<summary>KeyError: line one\nline two</summary>" in page
+    assert '<span class="badge">failed</span>' in page
+    assert "2 (resumed)" in page
+    assert 'data-filter="skipped"' in page
+
+
+def test_report_of_an_unreadable_run_json_and_a_broken_trace(tmp_path: Path) -> None:
+    write_eval_run(tmp_path, 4)
+    (tmp_path / "run.json").write_text("[1, 2, 3]")
+    (tmp_path / TRACE_LOG).write_text("not a log\n")
+    page = write_report(tmp_path).read_text(encoding="utf-8")
+    assert "missing or unreadable" in page
+    assert "The trace could not be read" in page
+    assert page.count('role="row" data-status="') == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('["s",0,0.0,0.0,0,null]\n["f",0,1.0,0]\n', "an event before the first header"),
+        ("# a comment\n", "no header line"),
+        (
+            '{"sluicegate_trace": 1, "started_at": "2024-01-01T00:00:00+00:00", "pid": 1}\n'
+            '["z",0]\n["m","close",1.0]\n',
+            "unknown event kind 'z'",
+        ),
+    ],
+)
+def test_logs_that_are_not_ours(tmp_path: Path, text: str, message: str) -> None:
+    log = tmp_path / "x.jsonl"
+    log.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        Timeline.read(log)
+
+
+def test_a_chrome_trace_of_another_format(tmp_path: Path) -> None:
+    other = {"traceEvents": [], "otherData": {"format": "other/2", "sessions": []}}
+    (tmp_path / "t.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match="'other/2'"):
+        Timeline.read(tmp_path / "t.json")
+
+
+def test_a_log_on_a_full_disk_stops_logging_and_recording_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+
+    async def go() -> Timeline:
+        timeline = Timeline(log="/dev/full")
+        with caplog.at_level(logging.ERROR, logger="sluicegate"):
+            timeline.pulled(0, 0)
+            timeline.started(0)
+            timeline.finished(0, None)
+        timeline.close()
+        return timeline
+
+    timeline = trio.run(go)
+    assert [span.outcome for span in timeline.spans] == ["ok"]
+    assert "cannot write the event log /dev/full; stopped logging" in caplog.text
+
+
+def unwritable(path: Path) -> None:
+    """Make writing ``path`` fail in this process (even as root)."""
+    (path.parent / f"{path.name}.{os.getpid()}.partial").mkdir()
+
+
+async def test_recording_logs_a_trace_it_cannot_write(
+    autojump_clock: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    unwritable(tmp_path / TRACE)
+    with caplog.at_level(logging.ERROR, logger="sluicegate"), recording(tmp_path) as timeline:
+        timeline.pulled(0, 0)
+        timeline.started(0)
+        timeline.finished(0, None)
+    assert "could not write" in caplog.text
+    assert not (tmp_path / TRACE).exists()
+    assert [span.outcome for span in Timeline.read(tmp_path)[0].spans] == ["ok"]
+
+
+def test_trace_command_says_when_it_cannot_rebuild_the_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_eval_run(tmp_path, 3)
+    (tmp_path / TRACE).unlink()
+    unwritable(tmp_path / TRACE)
+    assert main(["trace", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "3 items" in captured.out
+    assert f"could not write {tmp_path / TRACE}" in captured.err
+
+
+def test_plot_and_report_of_a_run_that_ran_nothing(tmp_path: Path) -> None:
+    write_eval_run(tmp_path, 0, trace=False)
+
+    async def nothing() -> None:
+        with recording(tmp_path):
+            pass
+
+    trio.run(nothing)
+    assert (tmp_path / TRACE_LOG).read_text() == ""
+    (empty,) = Timeline.read(tmp_path)
+    assert (empty.spans, empty.marks, empty.end) == ([], [], 0.0)
+    assert png_size(plot(tmp_path, tmp_path / "t.png"))[0] > 900
+    page = write_report(tmp_path).read_text(encoding="utf-8")
+    assert "0 runs over 0 s in 0 slots: none." in page
+    assert "No rollouts recorded" in page
+
+
+def test_plot_of_several_scores_and_a_bare_run_json(tmp_path: Path) -> None:
+    write_eval_run(tmp_path, 30)
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    for number, row in enumerate(rows):
+        row["score"] = {"exact": float(number % 2), "f1": number / 30}
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "run.json").write_text(json.dumps({"environment": "bare"}))
+    width, _ = png_size(plot(tmp_path, tmp_path / "t.png"))
+    assert width > 1100  # the score panel is there
