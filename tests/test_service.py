@@ -755,3 +755,13 @@ async def test_errors_raise_without_a_journal() -> None:
     with pytest.raises(ValueError, match="3 is a multiple of three") as caught:
         await serve(range(1, 10), fail_on_threes, window=1, errors="raise", signals=())
     assert any("item 2" in note for note in caught.value.__notes__)
+
+
+async def test_a_timeline_shows_recorded_failures_as_errors() -> None:
+    timeline = sluicegate.Timeline()
+    report = await serve(range(7), fail_on_threes, window=2, trace=timeline, signals=())
+    assert (report.ok, report.failed) == (4, 3)
+    outcomes = {span.index: (span.outcome, span.error) for span in timeline.spans}
+    assert sorted(index for index, (kind, _) in outcomes.items() if kind == "error") == [0, 3, 6]
+    assert {error for kind, error in outcomes.values() if kind == "error"} == {"ValueError"}
+    assert sum(kind == "ok" for kind, _ in outcomes.values()) == 4

@@ -336,6 +336,13 @@ class _Service(Generic[T]):
         self.debug = logger.isEnabledFor(logging.DEBUG)
         # A SampleSource hears each item's result (on_complete).
         self.values_matter = isinstance(source, BindsRun)
+        # A recorder that can tell failed items from successes (a Timeline)
+        # hears about them from the consumer, which knows each item's index.
+        self.mark_errors = (
+            trace is not None
+            and callable(getattr(trace, "errored", None))
+            and not self.values_matter
+        )
 
     # -- one item ----------------------------------------------------------------------
 
@@ -363,7 +370,7 @@ class _Service(Generic[T]):
                 raise
             tally.failed += 1
             logger.warning("%s failed after 1 attempt(s): %r", self.label(item), error)
-            return None
+            return _Failed(error) if self.mark_errors else None
         except BaseException:
             tally.cut += 1
             raise
@@ -499,6 +506,8 @@ class _Service(Generic[T]):
             await self.on_outcome(
                 ServedItem(item, name, error is None, value, error, attempts, duration, False)
             )
+        if error is not None and self.mark_errors:
+            return _Failed(error)
         return value
 
     def label(self, item: T, name: str | None = None) -> str:
@@ -591,8 +600,14 @@ class _Service(Generic[T]):
             self.source, self.wrapper(), window=self.window, ordered=False, drain=self.drain,
             **extra,
         ) as results:  # fmt: skip
-            async for _ in results:
-                pass
+            if not self.mark_errors:
+                async for _ in results:
+                    pass
+                return
+            errored = self.trace.errored  # type: ignore[union-attr]
+            async for done in results:
+                if type(done.value) is _Failed:
+                    errored(done.index, done.value.error)
 
     async def cut_after_grace(self, graced: trio.CancelScope) -> None:
         await self.drain.wait()
@@ -620,6 +635,15 @@ class _Service(Generic[T]):
                 result = self.on_stats(stats)
                 if inspect.isawaitable(result):
                     await result
+
+
+class _Failed:
+    """What the wrapper hands the consumer for a failed item, when a recorder wants it."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
 
 
 _BACKLOG = 1024  # uncommitted rows before a service without on_outcome waits
