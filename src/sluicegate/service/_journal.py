@@ -484,19 +484,18 @@ class JournalSession:
 
     def add_ok(self, row: OkRow) -> Batch:
         """Queue a success for the next commit; returns the batch it joined."""
-        batch = self._pending
-        batch.oks.append(row)
-        if not self._writing:
-            self._wake.unpark()
-        return batch
+        self._pending.oks.append(row)
+        return self._queued()
 
     def add_error(self, row: ErrorRow) -> Batch:
         """Queue a failure for the next commit; returns the batch it joined."""
-        batch = self._pending
-        batch.errors.append(row)
+        self._pending.errors.append(row)
+        return self._queued()
+
+    def _queued(self) -> Batch:
         if not self._writing:
-            self._wake.unpark()
-        return batch
+            self._wake.unpark()  # an idle writer commits at once
+        return self._pending
 
     @property
     def backlogged(self) -> bool:
