@@ -44,12 +44,6 @@ NO_FIXUP_YET: set[str] = set()  # packages with no fixup_module_metadata call in
 NOT_FINAL_YET = {
     "sluicegate.Done",
     "sluicegate.Task",
-    "sluicegate.campaign.Candidate",
-    "sluicegate.campaign.JobContext",
-    "sluicegate.campaign.Outcome",
-    "sluicegate.campaign.Plan",
-    "sluicegate.campaign.Report",
-    "sluicegate.campaign.Row",
 }
 
 
