@@ -29,6 +29,7 @@ from sluicegate.campaign._admission import Admission
 from sluicegate.campaign._convert import load_json, write_json_atomic
 from sluicegate.campaign._job import JobRequest, JobResult
 from sluicegate.campaign._panel import Panel
+from sluicegate.campaign._report import RowStatus
 
 FAKE_JOB = Path(__file__).parent / "campaign_jobs" / "fakejob.py"
 ENDINGS = ("verified", "generated_unverified", "blocked", "uncertain", "crash")
@@ -243,7 +244,7 @@ def _admission(panel: Panel, budget: Budget, drain: Drain | None = None) -> Admi
     )
 
 
-def _finish(panel: Panel, key: str, status: str = "verified") -> None:
+def _finish(panel: Panel, key: str, status: RowStatus = "verified") -> None:
     panel.set(attrs.evolve(panel[key], status=status))
 
 

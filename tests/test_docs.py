@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ SETUP_COMMANDS = ("pip ", "python -m pip ", "nox ", "git ", "cd ", "bash .ci/run
 RUNNABLE = ("python", "console")
 
 
-def blocks() -> list[object]:
+def blocks() -> list[Any]:
     found = []
     for page in PAGES:
         text = page.read_text(encoding="utf-8")

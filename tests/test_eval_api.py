@@ -60,7 +60,7 @@ async def test_evaluate_returns_a_report(tmp_path: Path, autojump_clock: Any) ->
     assert report == EvalReport(
         ok=6,
         errors=0,
-        scores={"score": pytest.approx(4 / 6)},
+        scores={"score": pytest.approx(4 / 6)},  # type: ignore[dict-item]
         stop_reason="completed",
         passed=True,
         output_dir=tmp_path,
@@ -403,7 +403,7 @@ async def test_a_run_json_from_before_sessions_still_resumes(
 ) -> None:
     # The files as sluicegate 0.1.0 wrote them: no sessions, no passed, no
     # tracebacks, and config keys that no longer exist.
-    old = {
+    old: dict[str, Any] = {
         "config": {
             "target": "x.py:env",
             "num_tasks": None,

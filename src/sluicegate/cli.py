@@ -29,6 +29,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     from ._demo import register as register_demo
     from .eval import _cli as eval_cli
     from .report import _cli as report_cli
+    from .service import _cli as service_cli
 
     parser = argparse.ArgumentParser(
         prog="sluicegate",
@@ -47,6 +48,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         for name, text in _POSIX_COMMANDS.items():
             commands.add_parser(name, help=text)
     report_cli.register(commands)
+    service_cli.register(commands)
     return parser
 
 

@@ -79,7 +79,7 @@ class CampaignFileError(ValueError):
     """
 
     def __init__(self, path: Path | str, problems: list[str]) -> None:
-        self.path = Path(path)
+        self.path: Path = Path(path)
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"{path}: invalid\n{lines}")

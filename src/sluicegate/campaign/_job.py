@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 import attrs
 
@@ -34,6 +34,7 @@ def _paths(value: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
     return tuple(os.fspath(v) for v in value)
 
 
+@final
 @attrs.frozen
 class Outcome:
     """What a job reports.
@@ -102,6 +103,7 @@ class Budget:
         return self._ledger.room(self.scope)
 
 
+@final
 @attrs.frozen
 class JobContext:
     """What a job receives.

@@ -255,7 +255,7 @@ class Ledger:
     """
 
     def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
+        self.path: Path = Path(path)
         if not self.path.is_file():
             raise LedgerMissing(
                 f"no ledger at {self.path}; create one with "

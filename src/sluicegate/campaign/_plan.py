@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, final
 
 import attrs
 
@@ -94,6 +94,7 @@ def _plan_problems(plan: Plan) -> _Problems:
     return problems
 
 
+@final
 @attrs.frozen
 class Candidate:
     """One job of the panel; its rules are checked by the :class:`Plan` holding it.
@@ -115,6 +116,7 @@ class Candidate:
     options: dict[str, Any] = attrs.field(factory=dict)
 
 
+@final
 @attrs.frozen
 class Plan:
     """A campaign: a panel of candidates, a target and the limits they run under.

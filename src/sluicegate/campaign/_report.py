@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Literal
+from typing import Literal, final
 
 import attrs
 
@@ -32,6 +32,7 @@ StopReason = Literal[
 FINISHED: frozenset[str] = frozenset({"verified", "generated_unverified", "blocked"})
 
 
+@final
 @attrs.frozen
 class Row:
     """One candidate in the report.
@@ -83,6 +84,7 @@ class Row:
         )
 
 
+@final
 @attrs.frozen
 class Report:
     """``OUTDIR/report.json``, rewritten atomically after each admission and completion.

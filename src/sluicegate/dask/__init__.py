@@ -1,0 +1,18 @@
+"""Run the same ``run`` contract on a Dask cluster: ``open_dask(...).remote(fn)``.
+
+Needs the ``dask`` extra (``pip install 'sluicegate[dask]'``). See the
+"Scaling out" page of the docs.
+"""
+
+import importlib.util as _importlib_util
+
+if _importlib_util.find_spec("distributed") is None:  # pragma: no cover - only without the extra
+    raise ImportError("sluicegate.dask needs Dask distributed: pip install 'sluicegate[dask]'")
+
+from .. import _util
+from ._engine import RemoteCancelled
+from ._open import DaskBridge, RemoteRun, open_dask
+
+__all__ = ["DaskBridge", "RemoteCancelled", "RemoteRun", "open_dask"]
+
+_util.fixup_module_metadata(__name__, globals())

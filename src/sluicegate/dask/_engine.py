@@ -1,0 +1,162 @@
+"""Dask as an :class:`~sluicegate.dask._bridge.Engine`, and the call that runs on a worker.
+
+Everything that waits happens on the client's own event loop thread: the trio
+thread only posts to it (``Client.map`` and ``loop.add_callback`` do not
+block), and one small asyncio task per future waits there for the result and
+hands it to the bridge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, final
+
+import outcome
+import trio
+from dask.utils import funcname
+from distributed import Client, Future
+from distributed.protocol.pickle import dumps as _untyped_dumps
+
+from ._bridge import Done
+
+__all__ = ["DaskEngine", "RemoteCancelled", "RemoteCall"]
+
+logger = logging.getLogger("sluicegate")
+
+R = TypeVar("R")
+
+# What Dask pickles a task with (pickle, then cloudpickle); Dask leaves it untyped.
+_dumps: Callable[[object], bytes] = _untyped_dumps
+
+# What a cancelled Dask future raises. In distributed 2026.8 it is a subclass of
+# concurrent.futures.CancelledError (an Exception); asyncio's, a BaseException
+# that would slip past the runner, is caught too, whichever a release uses.
+_CANCELLED = (concurrent.futures.CancelledError, asyncio.CancelledError)
+
+
+class RemoteCancelled(Exception):
+    """A run's work was cancelled on the cluster by something other than sluicegate.
+
+    Someone called ``client.cancel``, the client closed, or the cluster
+    lost the work. (When sluicegate cancels work because its run was
+    cancelled, the run raises trio's ``Cancelled`` as usual.) Dask's own
+    cancellation error is the ``__cause__``; whatever its base class in a
+    given Dask release, this one is an ordinary ``Exception``, which the
+    runner's fail-fast and a ``Retry`` handle like any other.
+
+    Attributes:
+        key: The Dask key of the cancelled task.
+    """
+
+    def __init__(self, message: str, key: object = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+async def _await(awaitable: Awaitable[R]) -> R:
+    return await awaitable
+
+
+@final
+class RemoteCall:
+    """``fn`` wrapped to run on a worker: what is pickled and sent.
+
+    A plain ``fn`` runs in the worker's thread pool, as any Dask task. If
+    calling ``fn`` returns a coroutine (``fn`` is an ``async def``), the
+    coroutine runs to completion under ``trio.run`` in that same worker
+    thread.
+    """
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, item: Any) -> Any:
+        result = self.fn(item)
+        if inspect.iscoroutine(result):
+            return trio.run(_await, result)
+        return result
+
+    def __repr__(self) -> str:
+        return f"RemoteCall({self.fn!r})"
+
+
+@final
+class DaskEngine:
+    """Submits through a :class:`distributed.Client` whose loop runs in its own thread."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        loop = client.loop
+        assert loop is not None, "a Client has its loop from construction on"
+        self._loop = loop
+        # asyncio keeps only weak references to tasks: hold them until done.
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    def prepare(self, fn: Callable[[Any], Any]) -> RemoteCall:
+        call = RemoteCall(fn)
+        # Dask pickles the function with every batch; fail here, once and
+        # before any item is sent, if it never can be.
+        try:
+            _dumps(call)
+        except Exception as exc:
+            raise TypeError(f"{fn!r} cannot be pickled to send to the cluster: {exc}") from exc
+        return call
+
+    def submit(self, call: Any, items: Sequence[Any], done: Sequence[Done]) -> list[Future[Any]]:
+        futures = self._client.map(call, items, key=funcname(call.fn), pure=False)
+        self._loop.add_callback(self._watch, futures, done)
+        return futures
+
+    def cancel(self, handles: Sequence[Any]) -> None:
+        # On the loop thread client.cancel returns a coroutine, which the loop
+        # runs; from here it would block until the scheduler answered.
+        self._loop.add_callback(
+            self._client.cancel, list(handles), reason="sluicegate: its run was cancelled"
+        )
+
+    # -- on the client's loop thread -------------------------------------------
+
+    def _watch(self, futures: list[Future[Any]], done: Sequence[Done]) -> None:
+        for future, callback in zip(futures, done, strict=True):
+            task = asyncio.ensure_future(self._deliver(future, callback))
+            self._watchers.add(task)
+            task.add_done_callback(self._watchers.discard)
+
+    async def _deliver(self, future: Future[Any], callback: Done) -> None:
+        callback(await _outcome(future))
+
+
+async def _outcome(future: Future[Any]) -> outcome.Outcome[Any]:
+    """The outcome of ``future``, holding no reference to it; never raises.
+
+    A remote error is returned with the worker's traceback only: the frames
+    of waiting here would keep ``future``, so its result on the cluster,
+    alive for as long as the caller keeps the exception.
+    """
+    # On the loop thread these methods return coroutines; Dask leaves them untyped.
+    waiting: Any = future
+    try:
+        error = await waiting.exception()
+        if error is not None:
+            return outcome.Error(error.with_traceback(await waiting.traceback()))
+        return outcome.Value(await waiting.result())
+    except _CANCELLED as exc:
+        # The future was cancelled, or this watcher was (the loop is stopping).
+        return outcome.Error(_cancelled(future, exc))
+    except Exception as exc:
+        # Fetching the result failed (a worker died with it, say); the run
+        # must hear about it rather than wait forever.
+        return outcome.Error(exc.with_traceback(None))
+
+
+def _cancelled(future: Future[Any], exc: BaseException) -> RemoteCancelled:
+    reason = getattr(exc, "reason", None) or "no reason given"
+    error = RemoteCancelled(f"{future.key} was cancelled on the cluster ({reason})", future.key)
+    error.__cause__ = exc.with_traceback(None)
+    return error

@@ -1,0 +1,111 @@
+"""``sluicegate journal show|errors PATH``: read a service's journal, even while it runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ._convert import converter
+from ._journal import Journal, JournalEntry, JournalError
+
+__all__ = ["register"]
+
+LAST_ERRORS = 5
+
+
+def _error(exc: Exception) -> int:
+    if isinstance(exc, OSError) and exc.filename is not None:
+        message = f"cannot read {exc.filename}: {exc.strerror}"
+    else:
+        message = str(exc)
+    print(f"sluicegate: {message}", file=sys.stderr)
+    return 2
+
+
+def _when(entry: JournalEntry) -> str:
+    return f"{entry.finished:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _headline(entry: JournalEntry) -> str:
+    message = entry.error_message or ""
+    first = message.splitlines()[0] if message else ""
+    return f"{entry.error_type}: {first}" if first else f"{entry.error_type}"
+
+
+def _show(args: argparse.Namespace) -> int:
+    journal = Journal(args.path)
+    try:
+        counts = journal.counts()
+        last = journal.errors(last=LAST_ERRORS)
+        latest = journal.last_finished()
+    except (OSError, JournalError) as exc:
+        return _error(exc)
+    if args.json:
+        document: dict[str, Any] = {
+            **counts,
+            "total": sum(counts.values()),
+            "last_finished": converter.unstructure(latest),
+            "last_errors": converter.unstructure(last),
+        }
+        print(json.dumps(document, indent=2))
+        return 0
+    total = sum(counts.values())
+    print(f"journal {args.path}: {total:,} item(s)")
+    width = len(f"{max(counts.values(), default=0):,}")
+    for status, count in counts.items():
+        print(f"  {status:<6} {count:>{width},}")
+    if latest is not None:
+        print(f"  last finished {latest:%Y-%m-%d %H:%M:%S} UTC")
+    if last:
+        shown = f"last {len(last)} of {counts['error']:,}" if counts["error"] > len(last) else "all"
+        print(f"errors ({shown}; `sluicegate journal errors {args.path}` for tracebacks):")
+        for entry in reversed(last):
+            print(f"  {_when(entry)}  {entry.key}  {_headline(entry)}")
+    return 0
+
+
+def _errors(args: argparse.Namespace) -> int:
+    journal = Journal(args.path)
+    try:
+        entries = journal.errors(last=args.last)
+    except (OSError, JournalError) as exc:
+        return _error(exc)
+    if args.json:
+        print(json.dumps(converter.unstructure(entries), indent=2))
+        return 0
+    if not entries:
+        print(f"no errors in {args.path}")
+        return 0
+    for number, entry in enumerate(entries):
+        if number:
+            print()
+        print(f"{entry.key}: {_headline(entry)}")
+        print(f"  {entry.attempts} attempt(s), finished {_when(entry)}")
+        for line in (entry.traceback or "").rstrip("\n").splitlines():
+            print(f"  {line}")
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Add the ``journal`` subcommand to ``commands``.
+
+    Args:
+        commands: The top-level parser's subparsers object.
+    """
+    journal = commands.add_parser(
+        "journal",
+        help="read a service's journal (sluicegate.serve)",
+        description="Read the SQLite journal of a service; safe while the service runs.",
+    )
+    actions = journal.add_subparsers(dest="journal_command", metavar="ACTION", required=True)
+    show = actions.add_parser("show", help="counts by status and the last errors")
+    show.add_argument("path", metavar="PATH", help="the journal file")
+    show.add_argument("--json", action="store_true", help='print {"ok": N, "error": M, ...}')
+    show.set_defaults(handler=_show)
+    errors = actions.add_parser("errors", help="the recorded errors (dead letters), tracebacks too")
+    errors.add_argument("path", metavar="PATH", help="the journal file")
+    errors.add_argument("--last", type=int, metavar="N", help="only the N most recent")
+    errors.add_argument("--json", action="store_true", help="print them as a JSON list")
+    errors.set_defaults(handler=_errors)

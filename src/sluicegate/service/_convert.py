@@ -1,0 +1,67 @@
+"""The one cattrs converter of ``sluicegate.service``, and how values become journal text.
+
+A run may return anything. What the converter can turn into JSON (primitives,
+mappings, sequences, sets, attrs classes, dataclasses, datetimes, paths,
+``Decimal`` as a string, ``UUID``) is stored as JSON; anything else is stored
+as its ``repr`` with the format ``"repr"``, so nothing a run returned is ever
+lost, only flattened.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from decimal import Decimal
+from typing import Any, Literal
+
+from cattrs.preconf.json import make_converter
+
+__all__ = ["ValueFormat", "converter", "decode_value", "encode_value"]
+
+ValueFormat = Literal["json", "repr"]
+
+converter = make_converter()
+# Money is a string in JSON, never a float (DESIGN: money is Decimal).
+converter.register_unstructure_hook(Decimal, str)
+converter.register_unstructure_hook(uuid.UUID, str)
+
+# Compact, and strict: NaN and infinity are not JSON, so such a value is kept
+# as its repr instead of as text other JSON readers reject.
+_encode = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode
+
+
+def encode_value(value: object) -> tuple[str, ValueFormat]:
+    """``value`` as journal text, and the format it is in.
+
+    Never raises for an odd value: a value the converter cannot make JSON of
+    (or whose unstructuring fails) is stored as its ``repr``.
+    """
+    # The common results skip the converter: a service that returns nothing
+    # pays nothing for the journal's value column.
+    if value is None:
+        return "null", "json"
+    kind = type(value)
+    if kind is str:
+        return _encode(value), "json"
+    if kind is int:
+        return str(value), "json"
+    try:
+        return _encode(converter.unstructure(value)), "json"
+    except Exception:
+        return _safe_repr(value), "repr"
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception as exc:
+        return f"<{type(value).__qualname__} whose repr() failed: {exc!r}>"
+
+
+def decode_value(text: str | None, fmt: str) -> Any:
+    """The stored value: JSON-ready data (dicts, lists, ...) or the ``repr`` string."""
+    if text is None:
+        return None
+    if fmt == "json":
+        return json.loads(text)
+    return text

@@ -1,0 +1,572 @@
+"""The SQLite journal of a service: one row per finished item, keyed by the item's key.
+
+:func:`~sluicegate.serve` opens a journal with :meth:`Journal.open`, which
+returns a :class:`JournalSession`: a read connection on the trio thread for
+"has this key finished?" and a writer that commits rows in groups off the
+trio thread. ``sluicegate journal show|errors`` and anyone else read a
+journal through :class:`Journal`'s own methods, which open it read-only, so
+they work while a service holds it open.
+
+Durability: the journal is in WAL mode. With ``synchronous="normal"`` (the
+default) a committed row survives the death of the process; with
+``synchronous="full"`` it also survives a power loss, at the cost of an
+fsync per commit.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import os
+import sqlite3
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any, Literal, final
+from urllib.parse import quote
+
+import attrs
+import trio
+
+from ._convert import ValueFormat, decode_value
+
+__all__ = [
+    "Journal",
+    "JournalEntry",
+    "JournalError",
+    "JournalSession",
+    "ErrorRow",
+    "OkRow",
+    "RecordedError",
+    "error_row",
+    "ok_row",
+]
+
+# The SQLite header's application id marks a file as a sluicegate journal
+# ("SGJ1"), so a wrong path is refused instead of written into.
+_APPLICATION_ID = 0x53474A31
+_SCHEMA_VERSION = 1
+# Two services on one journal take turns writing; a commit is a handful of
+# rows, so a writer that waits this long is facing something else.
+_BUSY_TIMEOUT_S = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS items (
+    key TEXT PRIMARY KEY NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'error')),
+    attempts INTEGER NOT NULL,
+    error_type TEXT,
+    error_message TEXT,
+    traceback TEXT,
+    value TEXT,
+    value_format TEXT NOT NULL CHECK (value_format IN ('json', 'repr')),
+    started REAL NOT NULL,
+    finished REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS errors_by_time ON items (finished) WHERE status = 'error';
+"""
+
+_COLUMNS = (
+    "key, status, attempts, error_type, error_message, traceback, value, value_format,"
+    " started, finished"
+)
+
+# A finished item is never written over; an error only by a later outcome of
+# the same key (rerun_errors=True, or a second service on the same journal).
+# Successes, the common row, bind only non-NULL values: sqlite3 adapts a
+# None parameter through its slow path.
+_UPSERT_OK = """
+INSERT INTO items (key, status, attempts, value, value_format, started, finished)
+VALUES (?, 'ok', ?, ?, ?, ?, ?)
+ON CONFLICT (key) DO UPDATE SET
+    status = 'ok', attempts = excluded.attempts, error_type = NULL, error_message = NULL,
+    traceback = NULL, value = excluded.value, value_format = excluded.value_format,
+    started = excluded.started, finished = excluded.finished
+WHERE items.status != 'ok'
+"""
+_UPSERT_ERROR = """
+INSERT INTO items (key, status, attempts, error_type, error_message, traceback, value,
+                   value_format, started, finished)
+VALUES (?, 'error', ?, ?, ?, ?, 'null', 'json', ?, ?)
+ON CONFLICT (key) DO UPDATE SET
+    status = 'error', attempts = excluded.attempts, error_type = excluded.error_type,
+    error_message = excluded.error_message, traceback = excluded.traceback, value = 'null',
+    value_format = 'json', started = excluded.started, finished = excluded.finished
+WHERE items.status != 'ok'
+"""
+
+_LOOKUP = f"SELECT {_COLUMNS} FROM items WHERE key = ?"
+_STATUS = "SELECT status FROM items WHERE key = ?"
+
+OkRow = tuple[str, int, str, str, float, float]
+"""A success as written: key, attempts, value, value format, started, finished."""
+ErrorRow = tuple[str, int, str, str, str, float, float]
+"""A failure as written: key, attempts, error type, message, traceback, started, finished."""
+
+Synchronous = Literal["normal", "full"]
+
+
+class JournalError(Exception):
+    """A journal cannot be used: not a journal, a newer format, or a broken file."""
+
+
+class RecordedError(Exception):
+    """An error a journal recorded for an item, handed back when the item is skipped.
+
+    The original exception object is gone with the process that raised it;
+    this carries what was recorded about it.
+
+    Attributes:
+        type_name: The recorded exception's type, qualified by its module
+            unless it is a builtin (``"ValueError"``, ``"mymod.Refused"``).
+        message: ``str()`` of the recorded exception.
+        traceback: The formatted traceback, as ``traceback.format_exception``
+            wrote it.
+    """
+
+    def __init__(self, type_name: str, message: str, traceback: str) -> None:
+        super().__init__(f"{type_name}: {message}" if message else type_name)
+        self.type_name = type_name
+        self.message = message
+        self.traceback = traceback
+
+
+def _utc(timestamp: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+
+
+@final
+@attrs.frozen
+class JournalEntry:
+    """One finished item as the journal recorded it.
+
+    Attributes:
+        key: The item's key.
+        ok: Whether the item succeeded.
+        attempts: Attempts made, the first included.
+        value: What the run returned, as JSON-ready data (``None`` for an
+            error), or its ``repr`` when ``value_format`` is ``"repr"``.
+        value_format: ``"json"``, or ``"repr"`` for a value the service's
+            converter could not encode.
+        error_type: The exception's type name, for an error.
+        error_message: The exception's message, for an error.
+        traceback: The formatted traceback, for an error.
+        started: When the first attempt started (UTC).
+        finished: When the item finished (UTC).
+    """
+
+    key: str
+    ok: bool
+    attempts: int
+    value: Any
+    value_format: ValueFormat
+    error_type: str | None
+    error_message: str | None
+    traceback: str | None
+    started: datetime.datetime
+    finished: datetime.datetime
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds from the first attempt's start to the end."""
+        return (self.finished - self.started).total_seconds()
+
+    @property
+    def error(self) -> RecordedError | None:
+        """The recorded error as an exception, or None for a success."""
+        if self.ok:
+            return None
+        return RecordedError(
+            self.error_type or "Exception", self.error_message or "", self.traceback or ""
+        )
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> JournalEntry:
+        key, status, attempts, etype, message, tb, value, fmt, started, finished = row
+        return cls(
+            key=key,
+            ok=status == "ok",
+            attempts=attempts,
+            value=decode_value(value, fmt),
+            value_format=fmt,
+            error_type=etype,
+            error_message=message,
+            traceback=tb,
+            started=_utc(started),
+            finished=_utc(finished),
+        )
+
+
+def type_name(error: BaseException) -> str:
+    kind = type(error)
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def ok_row(
+    key: str, attempts: int, value: tuple[str, ValueFormat], started: float, finished: float
+) -> OkRow:
+    """The row of an item that succeeded; ``value`` comes from ``encode_value``."""
+    return (key, attempts, value[0], value[1], started, finished)
+
+
+def error_row(
+    key: str, attempts: int, error: BaseException, started: float, finished: float
+) -> ErrorRow:
+    """The row of an item whose last attempt raised ``error``."""
+    text = "".join(traceback.format_exception(error))
+    return (key, attempts, type_name(error), str(error), text, started, finished)
+
+
+def _refuse(path: Path, problem: str) -> JournalError:
+    return JournalError(f"{path}: {problem}")
+
+
+@final
+class Journal:
+    """A journal file: where a service records its finished items.
+
+    Pass one as ``journal=`` to :func:`~sluicegate.serve` to choose its
+    durability (a plain path means ``Journal(path)``), or make one to read
+    a journal. Making one touches nothing on disk.
+
+    Args:
+        path: The SQLite file. :func:`~sluicegate.serve` creates it (mode
+            0600) and its missing directories.
+        synchronous: ``"normal"`` (the default): a committed row survives
+            the death of the process. ``"full"``: it survives a power loss
+            too; each commit waits for an fsync.
+
+    Raises:
+        TypeError: ``path`` is not a path.
+        ValueError: ``synchronous`` is not ``"normal"`` or ``"full"``.
+    """
+
+    __slots__ = ("path", "synchronous")
+
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: Synchronous = "normal"):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"a journal is a path, not {type(path).__name__}")
+        if synchronous not in ("normal", "full"):
+            raise ValueError(f'synchronous must be "normal" or "full", not {synchronous!r}')
+        self.path = Path(path)
+        self.synchronous: Synchronous = synchronous
+
+    def __repr__(self) -> str:
+        return f"Journal({str(self.path)!r}, synchronous={self.synchronous!r})"
+
+    # -- reading ---------------------------------------------------------------------
+
+    @contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        if not self.path.is_file():
+            raise FileNotFoundError(errno.ENOENT, "no journal there", str(self.path))
+        uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
+        try:
+            db = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise _refuse(self.path, f"cannot open it: {exc}") from None
+        with closing(db):
+            try:
+                _check_identity(db, self.path, empty_ok=False)
+                yield db
+            except sqlite3.DatabaseError as exc:
+                raise _refuse(self.path, f"cannot read it: {exc}") from None
+
+    def counts(self) -> dict[str, int]:
+        """How many items finished with each status: ``{"ok": N, "error": M}``.
+
+        Raises:
+            FileNotFoundError: there is no file at the path.
+            JournalError: the file is not a sluicegate journal or is damaged.
+        """
+        with self._reader() as db:
+            found = dict(db.execute("SELECT status, count(*) FROM items GROUP BY status"))
+        return {"ok": found.get("ok", 0), "error": found.get("error", 0)}
+
+    def get(self, key: str) -> JournalEntry | None:
+        """The entry recorded for ``key``, or None.
+
+        Raises:
+            FileNotFoundError: there is no file at the path.
+            JournalError: the file is not a sluicegate journal or is damaged.
+        """
+        with self._reader() as db:
+            row = db.execute(_LOOKUP, (key,)).fetchone()
+        return None if row is None else JournalEntry.from_row(row)
+
+    def errors(self, *, last: int | None = None) -> list[JournalEntry]:
+        """The recorded errors (dead letters), oldest first.
+
+        Args:
+            last: Only the ``last`` most recent ones.
+
+        Raises:
+            FileNotFoundError: there is no file at the path.
+            JournalError: the file is not a sluicegate journal or is damaged.
+        """
+        query = f"SELECT {_COLUMNS} FROM items WHERE status = 'error' ORDER BY finished DESC"
+        with self._reader() as db:
+            if last is None:
+                rows = db.execute(query).fetchall()
+            else:
+                rows = db.execute(f"{query} LIMIT ?", (last,)).fetchall()
+        return [JournalEntry.from_row(row) for row in reversed(rows)]
+
+    def last_finished(self) -> datetime.datetime | None:
+        """When the most recent item finished, or None for an empty journal."""
+        with self._reader() as db:
+            (latest,) = db.execute("SELECT max(finished) FROM items").fetchone()
+        return None if latest is None else _utc(latest)
+
+    # -- writing ---------------------------------------------------------------------
+
+    def open(self, *, on_commit: Committed | None = None, backlog: int = 1024) -> JournalSession:
+        """Create the journal if needed and open it for a service.
+
+        Args:
+            on_commit: See :class:`JournalSession`.
+            backlog: See :class:`JournalSession`.
+
+        Raises:
+            OSError: the file or its directory cannot be created or written
+                (the error names the path).
+            JournalError: the file is not a sluicegate journal, or is one of
+                a newer format.
+        """
+        path = self.path
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            # SQLite writes its -wal and -shm files beside the journal.
+            raise PermissionError(
+                errno.EACCES, "cannot write in the journal's directory", str(path.parent)
+            )
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.close(descriptor)
+        try:
+            writer = _connect(path, self.synchronous, check_same_thread=False)
+        except sqlite3.DatabaseError as exc:
+            raise _refuse(path, f"cannot open it as a journal: {exc}") from None
+        try:
+            _initialize(writer, path)
+            reader = _connect(path, self.synchronous, check_same_thread=True)
+        except BaseException:
+            writer.close()
+            raise
+        return JournalSession(self, reader, writer, on_commit=on_commit, backlog=backlog)
+
+
+def _connect(path: Path, synchronous: str, *, check_same_thread: bool) -> sqlite3.Connection:
+    db = sqlite3.connect(
+        path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=check_same_thread
+    )
+    try:
+        db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _check_identity(db: sqlite3.Connection, path: Path, *, empty_ok: bool) -> None:
+    (app_id,) = db.execute("PRAGMA application_id").fetchone()
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    if app_id == _APPLICATION_ID:
+        if version > _SCHEMA_VERSION:
+            raise _refuse(path, f"a journal of a newer format ({version}); upgrade sluicegate")
+        return
+    if app_id == 0 and empty_ok:
+        (tables,) = db.execute("SELECT count(*) FROM sqlite_schema").fetchone()
+        if tables == 0:
+            return
+    raise _refuse(path, "not a sluicegate journal (an SQLite file of something else)")
+
+
+def _initialize(db: sqlite3.Connection, path: Path) -> None:
+    try:
+        # Refuse someone else's database before changing anything in it.
+        _check_identity(db, path, empty_ok=True)
+        # WAL before the transaction (it cannot change inside one); readers
+        # (the CLI) then never wait for the service's writes.
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            _check_identity(db, path, empty_ok=True)
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
+            db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+    except sqlite3.DatabaseError as exc:
+        raise _refuse(path, f"cannot open it as a journal: {exc}") from None
+
+
+class Batch:
+    """Rows waiting for one commit; ``done`` is set once it is committed."""
+
+    __slots__ = ("done", "errors", "oks")
+
+    def __init__(self) -> None:
+        self.oks: list[OkRow] = []
+        self.errors: list[ErrorRow] = []
+        self.done = trio.Event()
+
+    def __len__(self) -> int:
+        return len(self.oks) + len(self.errors)
+
+
+Committed = Callable[[int, int], None]
+
+
+class JournalSession:
+    """A journal opened by a service: lookups on the trio thread, grouped commits off it.
+
+    Rows go into the pending batch; the writer task commits it in a worker
+    thread as soon as the previous commit is done, so the rows that arrive
+    while one commit runs make up the next one (group commit): one row when
+    items are rare, hundreds when they pour in. A slow fsync delays only the
+    rows of its own batch, never the trio thread.
+
+    Whoever adds a row decides whether to wait for its commit
+    (:meth:`committed`): a service acknowledging items upstream must; one
+    that does not need not, and only waits when :attr:`backlogged` rows pile
+    up, which keeps memory bounded.
+
+    Args:
+        journal: What was opened.
+        reader: The connection for lookups, used on the trio thread only.
+        writer: The connection the worker threads commit with.
+        on_commit: Called on the trio thread after each commit with the
+            number of successes and failures it made durable.
+        backlog: How many uncommitted rows make :attr:`backlogged` true.
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        reader: sqlite3.Connection,
+        writer: sqlite3.Connection,
+        *,
+        on_commit: Committed | None = None,
+        backlog: int = 1024,
+    ) -> None:
+        self.journal = journal
+        self._reader = reader
+        self._lookups = reader.cursor()
+        self._writer = writer
+        self._pending = Batch()
+        self._writing = False
+        self._wake = trio.lowlevel.ParkingLot()
+        self._closed = False
+        self._on_commit = on_commit
+        self._backlog = backlog
+        self._broken: BaseException | None = None
+
+    def status(self, key: str) -> str | None:
+        """``"ok"`` or ``"error"`` when ``key`` is recorded, else None.
+
+        A read on the trio thread: a few microseconds, a key lookup in a
+        B-tree whose hot pages are cached.
+        """
+        row = self._lookups.execute(_STATUS, (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def entry(self, key: str) -> JournalEntry | None:
+        """The entry recorded for ``key``, or None."""
+        row = self._lookups.execute(_LOOKUP, (key,)).fetchone()
+        return None if row is None else JournalEntry.from_row(row)
+
+    def add_ok(self, row: OkRow) -> Batch:
+        """Queue a success for the next commit; returns the batch it joined."""
+        self._pending.oks.append(row)
+        return self._queued()
+
+    def add_error(self, row: ErrorRow) -> Batch:
+        """Queue a failure for the next commit; returns the batch it joined."""
+        self._pending.errors.append(row)
+        return self._queued()
+
+    def _queued(self) -> Batch:
+        if not self._writing:
+            self._wake.unpark()  # an idle writer commits at once
+        return self._pending
+
+    @property
+    def backlogged(self) -> bool:
+        """Whether so many rows wait for a commit that whoever adds more should wait too."""
+        return len(self._pending) >= self._backlog
+
+    async def committed(self, batch: Batch) -> None:
+        """Return once ``batch`` is committed.
+
+        A failed commit ends the writer task with a :class:`JournalError`,
+        which fails the service and cancels this wait.
+        """
+        await batch.done.wait()
+
+    def _commit(self, batch: Batch) -> None:
+        db = self._writer
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            # Errors first: should one key have both in a batch, the
+            # success is written last and stays.
+            if batch.errors:
+                db.executemany(_UPSERT_ERROR, batch.errors)
+            if batch.oks:
+                db.executemany(_UPSERT_OK, batch.oks)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    async def _flush(self) -> None:
+        batch, self._pending = self._pending, Batch()
+        self._writing = True
+        try:
+            # Shielded: rows taken from the pending batch are committed, even
+            # when the service is being cancelled (they belong to items that
+            # finished); a commit is short, or its busy timeout ends it.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._commit, batch)
+        except Exception as exc:
+            self._broken = exc
+            raise JournalError(
+                f"{self.journal.path}: could not record {len(batch)} item(s): {exc}"
+            ) from exc
+        finally:
+            self._writing = False
+        if self._on_commit is not None:
+            self._on_commit(len(batch.oks), len(batch.errors))
+        batch.done.set()
+
+    async def run_writer(self) -> None:
+        """Commit pending rows until cancelled; then commit what is left, shielded.
+
+        Raises:
+            JournalError: a commit failed (the disk is full, say); the
+                service must stop, since nothing more can be recorded.
+        """
+        try:
+            while True:
+                if not self._pending:
+                    await self._wake.park()
+                    continue
+                await self._flush()
+        finally:
+            if self._pending and self._broken is None:
+                with trio.CancelScope(shield=True):
+                    await self._flush()
+
+    def close(self) -> None:
+        """Close both connections (after the writer task has ended)."""
+        if not self._closed:
+            self._closed = True
+            self._lookups.close()
+            self._reader.close()
+            self._writer.close()

@@ -1,0 +1,222 @@
+"""Counters, the latency histogram and ``ServeStats`` snapshots of running services.
+
+Nothing here stores anything per item: a service keeps a :class:`Tally` of
+counters and, only when someone reads latencies (an ``on_stats`` callback,
+INFO logging or a Prometheus collector), a histogram of fixed buckets.
+Running services are listed in a process-wide registry so that a Prometheus
+collector can read them at scrape time; a finished service's counts are
+folded into the registry's totals, so counters never go backwards.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Iterable, Sequence
+from typing import final
+
+import attrs
+
+__all__ = [
+    "BOUNDS",
+    "ServeStats",
+    "Tally",
+    "percentile",
+    "registry",
+]
+
+# Bucket upper bounds in seconds: the R10 series (1, 1.25, 1.6, 2, 2.5, 3.15,
+# 4, 5, 6.3, 8) over 10 us .. 10,000 s, about 26% apart, so a percentile read
+# from them is within a quarter of the truth; 1-2-5 bounds are among them
+# (Prometheus gets those). The last bucket takes everything longer.
+_R10 = (1.0, 1.25, 1.6, 2.0, 2.5, 3.15, 4.0, 5.0, 6.3, 8.0)
+BOUNDS: tuple[float, ...] = (
+    *(round(m * 10.0**exponent, 12) for exponent in range(-5, 4) for m in _R10),
+    1e4,
+)
+
+
+class Tally:
+    """The counters of one service; mutated on the trio thread, read from any."""
+
+    __slots__ = (
+        "cut",
+        "failed",
+        "histogram",
+        "ok",
+        "pending",
+        "retried",
+        "running",
+        "seconds",
+        "skipped",
+    )
+
+    def __init__(self, *, histogram: bool) -> None:
+        self.running = 0
+        self.pending = 0  # finished, waiting for their journal commit
+        self.ok = 0
+        self.failed = 0
+        self.skipped = 0
+        self.retried = 0
+        self.cut = 0
+        self.seconds = 0.0  # summed durations, for a Prometheus histogram's _sum
+        self.histogram: list[int] | None = [0] * (len(BOUNDS) + 1) if histogram else None
+
+    @property
+    def pulled(self) -> int:
+        """Items taken from the source: every one is running, finished, skipped or cut."""
+        return self.running + self.pending + self.ok + self.failed + self.skipped + self.cut
+
+    @property
+    def in_flight(self) -> int:
+        """Items running or waiting for their journal commit."""
+        return self.running + self.pending
+
+    def observe(self, seconds: float) -> None:
+        """Count one item's duration (when a histogram is kept)."""
+        histogram = self.histogram
+        if histogram is not None:
+            histogram[bisect.bisect_left(BOUNDS, seconds)] += 1
+            self.seconds += seconds
+
+
+def percentile(counts: Sequence[int], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of a bucket histogram, or None when it is empty.
+
+    Interpolates linearly inside the bucket where the quantile falls; a
+    quantile in the last, unbounded bucket is reported as its lower bound.
+    """
+    total = sum(counts)
+    if total == 0:
+        return None
+    rank = q * total
+    seen = 0
+    for index, count in enumerate(counts):
+        if count and seen + count >= rank:
+            if index >= len(BOUNDS):
+                return BOUNDS[-1]
+            low = BOUNDS[index - 1] if index else 0.0
+            return low + (BOUNDS[index] - low) * max(0.0, rank - seen) / count
+        seen += count
+    return BOUNDS[-1]  # pragma: no cover - rank <= total always lands above
+
+
+@final
+@attrs.frozen
+class ServeStats:
+    """A snapshot of a running service, handed to ``serve(on_stats=...)``.
+
+    Counters are totals since the service started; the rate and the
+    latencies are over the last interval only.
+
+    Attributes:
+        elapsed_s: Seconds since the service started.
+        interval_s: Seconds this snapshot's rate and latencies cover.
+        in_flight: Items being run or waiting for their journal commit.
+        pulled: Items taken from the source, skipped ones included.
+        ok: Items that succeeded (and are recorded, with a journal).
+        failed: Items that failed after their retries (recorded as errors).
+        retried: Extra attempts made, over all items.
+        skipped: Items the journal already held.
+        items_per_s: Items finished (ok or failed) per second over the interval.
+        latency_p50_s: Median seconds from an item's first attempt to its
+            end, over the interval; None when no item finished in it.
+        latency_p95_s: The 95th percentile, likewise.
+        latency_p99_s: The 99th percentile, likewise.
+    """
+
+    elapsed_s: float
+    interval_s: float
+    in_flight: int
+    pulled: int
+    ok: int
+    failed: int
+    retried: int
+    skipped: int
+    items_per_s: float
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+    latency_p99_s: float | None
+
+
+class Snapshots:
+    """Turns a :class:`Tally` into a :class:`ServeStats` per interval."""
+
+    def __init__(self, tally: Tally, start: float) -> None:
+        self._tally = tally
+        self._start = start
+        self._last_time = start
+        self._last_done = 0
+        self._last_histogram = list(tally.histogram or ())
+
+    def take(self, now: float) -> ServeStats:
+        tally = self._tally
+        interval = now - self._last_time
+        done = tally.ok + tally.failed
+        histogram = list(tally.histogram or ())
+        recent = [new - old for new, old in zip(histogram, self._last_histogram, strict=True)]
+        stats = ServeStats(
+            elapsed_s=now - self._start,
+            interval_s=interval,
+            in_flight=tally.in_flight,
+            pulled=tally.pulled,
+            ok=tally.ok,
+            failed=tally.failed,
+            retried=tally.retried,
+            skipped=tally.skipped,
+            items_per_s=(done - self._last_done) / interval if interval > 0 else 0.0,
+            latency_p50_s=percentile(recent, 0.50),
+            latency_p95_s=percentile(recent, 0.95),
+            latency_p99_s=percentile(recent, 0.99),
+        )
+        self._last_time = now
+        self._last_done = done
+        self._last_histogram = histogram
+        return stats
+
+
+_COUNTERS = ("running", "pending", "ok", "failed", "skipped", "retried", "cut", "seconds")
+
+
+class _Registry:
+    """The services running in this process, for collectors that read at scrape time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[int, Tally] = {}
+        self._retired = Tally(histogram=True)
+        self.watchers = 0  # collectors that want latencies
+
+    def add(self, tally: Tally) -> None:
+        with self._lock:
+            self._live[id(tally)] = tally
+
+    def retire(self, tally: Tally) -> None:
+        with self._lock:
+            if self._live.pop(id(tally), None) is None:
+                return
+            done = self._retired
+            for name in ("ok", "failed", "skipped", "retried", "cut", "seconds"):
+                setattr(done, name, getattr(done, name) + getattr(tally, name))
+            if tally.histogram is not None and done.histogram is not None:
+                for index, count in enumerate(tally.histogram):
+                    done.histogram[index] += count
+
+    def totals(self) -> tuple[Tally, int]:
+        """Counters summed over every service this process ran, and how many run now."""
+        with self._lock:
+            tallies: Iterable[Tally] = [self._retired, *self._live.values()]
+            live = len(self._live)
+        total = Tally(histogram=True)
+        assert total.histogram is not None
+        for tally in tallies:
+            for name in _COUNTERS:
+                setattr(total, name, getattr(total, name) + getattr(tally, name))
+            if tally.histogram is not None:
+                # list() copies at once under the GIL while the trio thread counts on.
+                for index, count in enumerate(list(tally.histogram)):
+                    total.histogram[index] += count
+        return total, live
+
+
+registry = _Registry()
