@@ -1,4 +1,4 @@
-"""Named scenarios for run_stream and open_stream (DESIGN.md section 2)."""
+"""Named scenarios for run_stream and open_stream (docs/runner.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from sluicegate import Done, Drain, open_stream, run_stream
+from sluicegate._util import cancel_status
 from sluicegate.testing import ProbeError, RunProbe, ScriptedFeed, ScriptedIter, Trace, check_trace
 
 
@@ -942,3 +943,237 @@ async def test_a_memory_channel_source_stays_cancellable_while_items_are_waiting
             scope.cancel()
     assert scope.cancelled_caught
     assert runs < 10_000
+
+
+# -- the correctness holes of issue 9, each with the test that found it ----------------
+
+
+async def drive(front: str, source: Any, run: Any, **kwargs: Any) -> list[Any]:
+    """Run through one front; the values in delivery order."""
+    if front == "run_stream":
+        return await run_stream(source, run, **kwargs)
+    async with open_stream(source, run, ordered=front == "ordered", **kwargs) as results:
+        return [done.value async for done in results]
+
+
+fronts = pytest.mark.parametrize("front", ["run_stream", "ordered", "unordered"])
+
+
+def endless_quick() -> AsyncIterator[int]:
+    async def gen() -> AsyncIterator[int]:
+        for n in itertools.count():
+            yield n  # never blocks
+
+    return gen()
+
+
+@fronts
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_no_run_starts_once_the_caller_is_cancelled_even_if_runs_shield_themselves(
+    front: str, kind: str, autojump_clock: Any
+) -> None:
+    started: list[float] = []
+
+    async def shielded(item: int) -> int:
+        started.append(trio.current_time())
+        with trio.CancelScope(shield=True):
+            await trio.sleep(1)
+        return item
+
+    source = range(1000) if kind == "sync" else endless_quick()
+    start = trio.current_time()
+    with trio.move_on_after(0.5) as scope:
+        await drive(front, source, shielded, window=2)
+    assert scope.cancelled_caught
+    assert len(started) == 2  # the two started before the cancellation, and no more
+    assert trio.current_time() - start == pytest.approx(1.0)
+
+
+async def test_a_swallowed_cancellation_does_not_keep_a_worker_pulling(
+    autojump_clock: Any,
+) -> None:
+    started = 0
+
+    async def swallows(item: int) -> int:
+        nonlocal started
+        started += 1
+        try:  # noqa: SIM105 (written out: this is the anti-pattern under test)
+            await trio.sleep(1)
+        except trio.Cancelled:
+            pass  # a run that eats its cancellation: wrong, but it happens
+        return item
+
+    with trio.move_on_after(0.5):
+        await run_stream(range(1000), swallows, window=3)
+    assert started == 3
+
+
+@fronts
+async def test_a_runs_stop_async_iteration_propagates_as_itself(front: str) -> None:
+    async def exhausted() -> AsyncIterator[int]:
+        return
+        yield  # an async generator with nothing in it
+
+    async def run(item: int) -> int:
+        await trio.lowlevel.checkpoint()
+        if item == 2:
+            return await anext(exhausted())
+        return item
+
+    with pytest.raises(StopAsyncIteration) as info:
+        await drive(front, range(5), run, window=2)
+    assert info.value.__notes__ == ["sluicegate: raised by the run of item 2"]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+async def test_a_run_failure_is_named_on_the_body_exception_that_ends_the_stream(
+    ordered: bool, autojump_clock: Any
+) -> None:
+    async def run(item: int) -> int:
+        if item == 1:
+            await trio.sleep(1)
+            raise ValueError("run 1 failed")
+        return item
+
+    with pytest.raises(RuntimeError, match="body") as info:
+        async with open_stream(range(2), run, window=2, ordered=ordered) as results:
+            async for done in results:
+                assert done.index == 0
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(2)  # the run fails meanwhile
+                raise RuntimeError("body")
+    assert info.value.__notes__ == [
+        "sluicegate: meanwhile ValueError('run 1 failed') was raised by the run of item 1"
+    ]
+
+
+def test_a_run_failure_is_named_on_a_keyboard_interrupt_from_another_run() -> None:
+    async def run(item: int) -> None:
+        if item == 0:
+            await trio.sleep(1)
+            raise ValueError("run 0 failed")
+        with trio.CancelScope(shield=True):
+            await trio.sleep(2)
+        raise KeyboardInterrupt
+
+    async def main() -> None:
+        await run_stream(range(2), run, window=2)
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert info.value.__notes__ == [
+        "sluicegate: meanwhile ValueError('run 0 failed') was raised by the run of item 0"
+    ]
+
+
+@fronts
+async def test_an_item_that_arrives_as_a_drain_cuts_its_pull_still_runs(front: str) -> None:
+    feed = CutFeed()
+    drain = Drain()
+    probe: RunProbe[int] = RunProbe(gated=True)
+    got: list[int] = []
+
+    async def call() -> None:
+        got.extend(await drive(front, feed, probe, window=3, drain=drain))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        await probe.wait_started(1)
+        await feed.wait_waiting()
+        drain.request()
+        await probe.wait_started(2)  # item 1 starts, in a task of its own
+        probe.release_all()
+    assert sorted(got) == [0, 1]
+    assert probe.finished == [0, 1] or probe.finished == [1, 0]
+    assert feed.pulls == 2
+    assert feed.close_count == 1
+
+
+class FailingClose:
+    """A quiet feed whose ``aclose()`` raises, or never returns."""
+
+    def __init__(self, *, hang: bool = False) -> None:
+        self.hang = hang
+        self.closes = 0
+
+    def __aiter__(self) -> FailingClose:
+        return self
+
+    async def __anext__(self) -> int:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        self.closes += 1
+        if self.hang:
+            await trio.sleep_forever()
+        raise OSError("the connection was already gone")
+
+
+@fronts
+async def test_a_close_failure_during_an_outside_cancellation_is_logged(
+    front: str, autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = FailingClose()
+    with trio.move_on_after(1) as scope:
+        await drive(front, source, trio.sleep, window=2)
+    assert scope.cancelled_caught
+    assert source.closes == 1
+    [record] = [r for r in caplog.records if r.name == "sluicegate"]
+    assert record.levelname == "ERROR"
+    assert "closing the source failed" in record.getMessage()
+    assert record.exc_info is not None
+    assert isinstance(record.exc_info[1], OSError)
+
+
+@fronts
+async def test_a_close_failure_with_nothing_else_to_raise_is_raised(
+    front: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    class EndsThenFailsToClose(FailingClose):
+        async def __anext__(self) -> int:
+            raise StopAsyncIteration
+
+    with pytest.raises(OSError, match="already gone"):
+        await drive(front, EndsThenFailsToClose(), trio.sleep, window=2)
+    assert not [r for r in caplog.records if r.name == "sluicegate"]
+
+
+async def test_an_aclose_that_never_returns_is_cut_after_the_close_timeout(
+    autojump_clock: Any,
+) -> None:
+    class Ends(FailingClose):
+        async def __anext__(self) -> int:
+            raise StopAsyncIteration
+
+    start = trio.current_time()
+    with pytest.raises(TimeoutError, match="did not finish within 10 s"):
+        await run_stream(Ends(hang=True), trio.sleep, window=2)
+    assert trio.current_time() - start == pytest.approx(10.0)
+
+
+@fronts
+async def test_an_outer_timeout_is_not_hung_for_good_by_an_aclose_that_never_returns(
+    front: str, autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    start = trio.current_time()
+    with trio.move_on_after(1) as scope:
+        await drive(front, FailingClose(hang=True), trio.sleep, window=2)
+    assert scope.cancelled_caught
+    assert trio.current_time() - start == pytest.approx(11.0)
+    [record] = [r for r in caplog.records if r.name == "sluicegate"]
+    assert record.exc_info is not None
+    assert isinstance(record.exc_info[1], TimeoutError)
+
+
+async def test_the_cheap_cancellation_check_reads_trios_own_status() -> None:
+    # The workers and the consumer read trio's cancel status instead of
+    # calling checkpoint_if_cancelled() per item. If a trio release moves that
+    # private attribute they fall back on a checkpoint per item, which is
+    # correct but slow: this test says so instead of the benchmark.
+    with trio.CancelScope() as scope:  # noqa: ASYNC100 (the scope is only read here)
+        status = cancel_status()
+        assert type(status).__name__ == "CancelStatus"
+        assert status.effectively_cancelled is False
+        scope.cancel()
+        assert status.effectively_cancelled is True

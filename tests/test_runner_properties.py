@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from sluicegate import Drain, open_stream, run_stream
 from sluicegate.testing import ProbeError, Schedule, SourceError, Trace, check_trace, schedules
+from test_runner import ListRecorder
 
 Front = Literal["run_stream", "ordered", "unordered"]
 fronts = st.sampled_from(["run_stream", "ordered", "unordered"])
@@ -38,14 +39,24 @@ async def drive(
     *,
     drain: Drain | None = None,
     consumer_delay: float = 0.0,
+    recorder: Any = None,
+    rate: Any = None,
 ) -> list[Any]:
     """Run through one front end; returns (index, value) pairs in delivery order."""
     if front == "run_stream":
-        values = await run_stream(source, run, window=window, drain=drain)
+        values = await run_stream(
+            source, run, window=window, drain=drain, trace=recorder, rate=rate
+        )
         return list(enumerate(values))
     delivered: list[Any] = []
     async with open_stream(
-        source, run, window=window, ordered=front == "ordered", drain=drain
+        source,
+        run,
+        window=window,
+        ordered=front == "ordered",
+        drain=drain,
+        trace=recorder,
+        rate=rate,
     ) as results:
         async for done in results:
             trace.record("consume", done.index)
@@ -200,3 +211,96 @@ def test_a_run_failing_while_others_are_parked_forever_is_raised(window: int | N
             await run_stream(range(5), run, window=window)
 
     run_on_mock_clock(main)
+
+
+class CountingPacer:
+    """A ``rate=`` pacer that hands out tokens freely, one checkpoint each, and counts them."""
+
+    def __init__(self) -> None:
+        self.acquired = 0
+        self.refunded = 0
+
+    async def acquire(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self.acquired += 1
+
+    def refund(self) -> None:
+        self.refunded += 1
+
+
+@property_settings
+@given(
+    schedule=schedules(quiet=True),
+    front=fronts,
+    drain_at=st.one_of(st.none(), st.floats(0, 40)),
+)
+def test_a_recorder_and_a_pacer_see_every_item_once_and_in_order(
+    schedule: Schedule, front: Front, drain_at: float | None
+) -> None:
+    trace = Trace()
+    source = schedule.feed(trace)
+    probe = schedule.probe(trace)
+    recorder = ListRecorder()
+    pacer = CountingPacer()
+    drain = Drain()
+    outcome: dict[str, Any] = {}
+
+    async def request() -> None:
+        if drain_at is not None:
+            await trio.sleep(drain_at)
+            drain.request()
+
+    async def main() -> None:
+        with trio.fail_after(10_000):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(request)
+                try:
+                    outcome["delivered"] = await drive(
+                        front,
+                        source,
+                        probe,
+                        schedule.window,
+                        trace,
+                        drain=drain,
+                        recorder=recorder,
+                        rate=pacer,
+                    )
+                except (ProbeError, SourceError) as exc:
+                    outcome["error"] = exc
+                nursery.cancel_scope.cancel()
+
+    if drain_at is None and not schedule.ends and not schedule.fails:
+        return  # a quiet feed with nothing to end it
+    run_on_mock_clock(main)
+    summary = check_trace(
+        trace,
+        window=schedule.window,
+        frees_on="finish" if front == "run_stream" else "consume",
+        drained=drain.requested,
+    )
+    calls = recorder.calls
+    pulled = [call[1] for call in calls if call[0] == "pulled"]
+    # Each item the source delivered and the dispatcher kept has one index, in order.
+    assert pulled == list(range(len(pulled)))
+    assert [call[2] for call in calls if call[0] == "pulled"] == trace.items("item")[: len(pulled)]
+    assert len(pulled) == summary.items or "error" in outcome
+    for index in pulled:
+        kinds = [call[0] for call in calls if call[0] != "marked" and call[1] == index]
+        assert kinds in (["pulled", "started", "finished"], ["pulled"])
+        if kinds == ["pulled"]:
+            assert "error" in outcome  # only a failure leaves an item unstarted
+    assert len([c for c in calls if c[0] == "started"]) == summary.starts
+    finished = {call[1]: call[2] for call in calls if call[0] == "finished"}
+    assert sorted(i for i, e in finished.items() if e is None) == sorted(probe.finished)
+    assert sorted(i for i, e in finished.items() if isinstance(e, ProbeError)) == sorted(
+        probe.failed
+    )
+    assert sorted(i for i, e in finished.items() if isinstance(e, trio.Cancelled)) == sorted(
+        probe.cancelled
+    )
+    marks = [call[1] for call in calls if call[0] == "marked"]
+    assert marks.count("close") == 1
+    assert marks.count("failure") == (1 if "error" in outcome else 0)
+    assert marks.count("drain") <= 1
+    # Every token was spent on an item that came out of the source, or refunded.
+    assert pacer.acquired - pacer.refunded == len(pulled)

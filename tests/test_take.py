@@ -281,3 +281,21 @@ def test_take_property(n: int, length: int, ends: bool, stop_after: int | None) 
         assert feed.close_count == 1
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+async def test_a_source_whose_aclose_never_returns_is_given_up_on(autojump_clock: Any) -> None:
+    class Stuck:
+        def __aiter__(self) -> Stuck:
+            return self
+
+        async def __anext__(self) -> int:
+            return 1
+
+        async def aclose(self) -> None:
+            await trio.sleep_forever()
+
+    start = trio.current_time()
+    taken = take(Stuck(), 1)
+    with pytest.raises(TimeoutError, match="did not finish within 10 s"):
+        await anext(taken)  # the first item is the last: take() closes the source
+    assert trio.current_time() - start == pytest.approx(10.0)

@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar, overload
 
 import trio
 
-from ._runner import YIELD_EVERY
+from ._util import YIELD_EVERY
 
 __all__ = ["SampleSource", "enqueue"]
 

@@ -1,22 +1,33 @@
 """The one dispatcher: pull from a source through a bounded window of runs.
 
 Everything else in sluicegate is built on :func:`run_stream` and
-:func:`open_stream`. Both are thin fronts on :class:`_Dispatch`, which owns the
-invariants listed in DESIGN.md section 2: the window, back-pressure, order,
-fail-fast, close-out, drain and caller cancellation.
+:func:`open_stream`. Both run a stream inside :func:`_dispatching`, which
+owns the seven invariants of docs/runner.md: the window, back-pressure,
+order, fail-fast, close-out, drain and caller cancellation. A comment
+``# invariant N`` marks each place that enforces one.
 
-How it is fast: with a bounded window the dispatcher starts ``window``
-long-lived workers. A worker pulls one item (taking turns with the others on a
-lock that costs nothing when uncontended), runs it, delivers the result and
-loops. A worker is only ever pulling when it has a free place, so the
-back-pressure rule holds by construction, and no task is spawned per item.
-With ``window=None`` one puller spawns a task per item, since there is no
-place to wait for.
+How it is laid out (docs/runner.md, "How it is built", says why):
+
+* :class:`_State` holds the counters and flags every task of one stream
+  reads, each field with the invariant it serves. The objects below keep
+  only what is theirs (the turn its waiters, a hand-over its results), each
+  field declared once with its invariant.
+* :class:`_Turn` decides who pulls next: one task at a time, and for
+  ``open_stream`` only while a window place is free. A drain cuts the pull
+  in progress through it.
+* :class:`_Collect`, :class:`_Ordered` and :class:`_Unordered` are the three
+  ways a finished run's value is handed over: into ``run_stream``'s list, or
+  to an ``open_stream`` consumer in pull order or in completion order.
+* :class:`_Dispatch` runs the workers: with a window, ``window`` long-lived
+  tasks that each pull an item, run it and loop (no task per item); with
+  ``window=None``, one puller that gives each item a task of its own.
+* :class:`_Dispatching` is the async context manager both fronts share: it
+  opens the nursery, and on the way out closes the source and decides what
+  to raise.
 """
 
 from __future__ import annotations
 
-import collections
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -25,13 +36,21 @@ from collections.abc import (
     Iterable,
     Iterator,
 )
-from contextlib import asynccontextmanager
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Any, Generic, Literal, Protocol, TypeVar, final, runtime_checkable
 
 import attrs
 import trio
 
-from ._util import as_async_iterator
+from ._util import (
+    YIELD_EVERY,
+    as_async_iterator,
+    cancel_status,
+    close_source,
+    logger,
+    sole_exception,
+)
 
 __all__ = ["BindsRun", "Done", "Drain", "Pacer", "Recorder", "open_stream", "run_stream"]
 
@@ -39,8 +58,11 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 Run = Callable[[T], Awaitable[R]]
+# The hand-over strategy a stream uses: _Collect, _Ordered or _Unordered.
+H = TypeVar("H", bound="_Collect[Any, Any] | _HandOver[Any, Any]")
 
 
+@final
 @attrs.frozen
 class Done(Generic[T, R]):
     """One finished run, as :func:`open_stream` hands it to the consumer.
@@ -69,6 +91,9 @@ class Drain:
     def __init__(self) -> None:
         self._event = trio.Event()
         self._reason: str | None = None
+        # The streams running with this drain, told at once when it is
+        # requested, so that none of them pulls again after request() returns.
+        self._streams: dict[Callable[[], None], None] = {}
 
     def request(self, reason: str = "drain requested") -> None:
         """Stop admission. Safe to call more than once; the first reason wins.
@@ -76,9 +101,12 @@ class Drain:
         Call it from trio code (a signal watcher task, say), not from another
         thread.
         """
-        if self._reason is None:
-            self._reason = reason
+        if self._reason is not None:
+            return
+        self._reason = reason
         self._event.set()
+        for stop in list(self._streams):
+            stop()
 
     @property
     def requested(self) -> bool:
@@ -94,73 +122,18 @@ class Drain:
         """Block until the drain is requested."""
         await self._event.wait()
 
+    def _subscribe(self, stop: Callable[[], None]) -> None:
+        """Call ``stop`` when the drain is requested: now, if it already is."""
+        self._streams[stop] = None
+        if self.requested:
+            stop()
+
+    def _unsubscribe(self, stop: Callable[[], None]) -> None:
+        self._streams.pop(stop, None)
+
     def __repr__(self) -> str:
         state = f"requested: {self._reason!r}" if self.requested else "not requested"
         return f"<Drain {state}>"
-
-
-# A source and runs that never block would keep a loop from ever reaching the
-# scheduler, so deadlines and cancellation could not get in. Loops over items
-# (here and in _take, _taskset) yield every so many passes; a full checkpoint
-# costs far more than handing over an in-memory item, so not on every pass.
-YIELD_EVERY = 32
-
-
-async def close_source(source: object) -> None:
-    """Close ``source`` with its ``aclose()`` or ``close()``, if it has one.
-
-    Closing is shielded from cancellation, so cleanup in an async generator's
-    ``finally`` runs to the end even when the caller is being cancelled.
-
-    Raises:
-        Exception: whatever closing raised.
-    """
-    aclose = getattr(source, "aclose", None)
-    if aclose is not None:
-        with trio.CancelScope(shield=True):
-            await aclose()
-        return
-    close = getattr(source, "close", None)
-    if close is not None:
-        close()
-
-
-class _Waiters:
-    """Tasks parked until another task wakes them, oldest first.
-
-    A trimmed-down ``trio.lowlevel.ParkingLot``: the dispatcher parks and
-    wakes a task for nearly every item, and this does only what it needs.
-    """
-
-    __slots__ = ("_tasks",)
-
-    def __init__(self) -> None:
-        self._tasks: dict[trio.lowlevel.Task, None] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self._tasks)
-
-    async def park(self) -> None:
-        task = trio.lowlevel.current_task()
-        tasks = self._tasks
-        tasks[task] = None
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            del tasks[task]
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
-
-    def wake_one(self) -> None:
-        if self._tasks:
-            task = next(iter(self._tasks))
-            del self._tasks[task]
-            trio.lowlevel.reschedule(task)
-
-    def wake_all(self) -> None:
-        tasks, self._tasks = self._tasks, {}
-        for task in tasks:
-            trio.lowlevel.reschedule(task)
 
 
 @runtime_checkable
@@ -179,7 +152,7 @@ class BindsRun(Protocol):
     requested, when the source ran out before the drain, and once a failure,
     an outside cancellation or a consumer leaving early has ended the stream:
     a source asks it when closed, to tell work a drain left unstarted from
-    work a failure threw away.
+    work a failure threw away. Both may be called from ``bind_run`` itself.
     """
 
     def bind_run(
@@ -216,8 +189,8 @@ class Recorder(Protocol):
     exception for one that raised (a :class:`trio.Cancelled` for one cut by
     cancellation). An item pulled just as a failure ended the stream may get
     no ``started`` (it never ran); every ``started`` gets its ``finished``.
-    ``marked`` gets ``"drain"`` when a drain is seen, ``"failure"`` when the
-    first failure is recorded and ``"close"`` once the source is closed.
+    ``marked`` gets ``"drain"`` when a drain is requested, ``"failure"`` when
+    the first failure is recorded and ``"close"`` once the source is closed.
     Methods must be quick and must not raise.
     """
 
@@ -236,6 +209,7 @@ Source = AsyncIterable[T] | Iterable[T] | BindsRun
 def _check_arguments(
     source: object, run: object, window: object, rate: object, trace: object
 ) -> None:
+    # invariant 1: a bad window is refused before the source is touched.
     # bool is an int subclass, but window=True is always a mistake.
     if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
         raise TypeError(f"window must be an int >= 1 or None, not {window!r}")
@@ -256,8 +230,278 @@ def _check_arguments(
         )
 
 
+# -- the shared state -------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class _State:
+    """What the tasks of one stream share. Only the dispatcher's objects touch it."""
+
+    # The most runs alive at once, or None for no bound. (invariant 1)
+    window: int | None
+    # Items taken from the source so far: the index the next one gets. Counts
+    # the pulls that back-pressure limits. (invariants 2, 3)
+    pulled: int = 0
+    # Results the open_stream consumer has taken: a place is free while
+    # pulled < handed + window. (invariant 2)
+    handed: int = 0
+    # False once the source ended, a run or the source failed, or a drain was
+    # requested: from then on nothing is pulled. (invariants 4, 6)
+    admitting: bool = True
+    # What closed admission first; "drain" makes drained() true.
+    stopped_by: Literal["end", "failure", "drain"] | None = None
+    # The first failure of a run or the source; raised as itself at the end.
+    # (invariant 4)
+    failure: BaseException | None = None
+    # Where that failure came from ("by the run of item 3"), for notes.
+    failed_in: str = ""
+    # A failure, a cancellation from outside or the consumer leaving early
+    # ended the stream, so unstarted work was not left by a drain.
+    cut_short: bool = False
+    # Tasks that can still produce a result: workers, and runs in a task of
+    # their own. When it drops to 0 the stream is over. (invariants 2, 6)
+    live: int = 0
+    # Workers started so far; the pool grows up to the window. (invariant 1)
+    workers: int = 0
+    # Whether the source has been closed: it is closed exactly once. (invariant 5)
+    closed: bool = False
+
+
+class _Waiters:
+    """Tasks parked until another task wakes them, oldest first.
+
+    A trimmed-down ``trio.lowlevel.ParkingLot``: the dispatcher parks and
+    wakes a task for nearly every item, and this does only what it needs.
+    ``tasks`` is public so that the hot path can test for waiters without a
+    method call.
+    """
+
+    __slots__ = ("tasks",)
+
+    def __init__(self) -> None:
+        self.tasks: dict[trio.lowlevel.Task, None] = {}
+
+    def park(self) -> Awaitable[None]:
+        """Park the calling task; await the result at once.
+
+        Returns trio's own awaitable rather than wrapping it in a coroutine
+        of its own: one frame less on every park and every wake-up.
+        """
+        task = trio.lowlevel.current_task()
+        tasks = self.tasks
+        tasks[task] = None
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            del tasks[task]
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return trio.lowlevel.wait_task_rescheduled(abort)  # noqa: ASYNC105 (awaited by the caller)
+
+    def wake_one(self) -> None:
+        if self.tasks:
+            task = next(iter(self.tasks))
+            del self.tasks[task]
+            trio.lowlevel.reschedule(task)
+
+    def wake_all(self) -> None:
+        tasks, self.tasks = self.tasks, {}
+        for task in tasks:
+            trio.lowlevel.reschedule(task)
+
+
+class _Turn:
+    """Who pulls next: one task at a time, and for open_stream only while a place is free.
+
+    The source is touched only by the task holding the turn (async
+    generators allow no more), and taking the turn is cheap when nobody else
+    holds it: a flag, not a lock, since ``trio.Lock`` always checkpoints.
+    """
+
+    __slots__ = ("busy", "cut", "for_place", "limit", "queue", "scope", "state")
+
+    def __init__(self, state: _State, limit: int | None) -> None:
+        self.state = state
+        # open_stream's window: pulls may run at most this far ahead of the
+        # results handed over; None where the worker pool bounds them already
+        # (run_stream) or nothing does (window=None). (invariant 2)
+        self.limit = limit
+        # A task holds the turn.
+        self.busy = False
+        # Tasks waiting for the turn, and tasks that had it but found no free
+        # place; a hand-over wakes one of the latter.
+        self.queue = _Waiters()
+        self.for_place = _Waiters()
+        # The long-lived cancel scope of the task waiting on the source (or on
+        # the pacer) while it holds the turn: a drain cancels it to cut that
+        # wait. A scope per pull would cost more than the rest of the pull.
+        self.scope: trio.CancelScope | None = None
+        # The scope a drain cancelled: an item that arrives under it anyway is
+        # run in a task of its own, not dropped. (invariant 6)
+        self.cut: trio.CancelScope | None = None
+
+    def take(self) -> bool:
+        """Take the turn if it is free and a place is too; False if not."""
+        if self.busy:
+            return False
+        limit = self.limit
+        if limit is not None and self.state.pulled >= self.state.handed + limit:
+            return False  # invariant 2
+        self.busy = True
+        return True
+
+    def wait(self) -> Awaitable[None]:
+        """Wait in the right queue after :meth:`take` said no; then try again.
+
+        Returns the parking awaitable itself, so that the wait costs the
+        pulling worker no frame of its own.
+        """
+        return (self.queue if self.busy else self.for_place).park()
+
+    async def wait_alone(self) -> None:
+        """Take the turn without a place: to close the source, not to pull."""
+        while self.busy:
+            await self.queue.park()
+        self.busy = True
+
+    def leave(self) -> None:
+        self.busy = False
+        if self.queue.tasks:
+            self.queue.wake_one()
+
+    def cut_pull(self) -> None:
+        """Cancel the wait of whoever is pulling now. (invariant 6)"""
+        if self.scope is not None:
+            self.cut = self.scope
+            self.scope.cancel()
+
+    @property
+    def idle(self) -> bool:
+        """Nobody is waiting to pull."""
+        return not self.queue.tasks and not self.for_place.tasks
+
+
+# -- handing results over: three strategies ---------------------------------------
+
+
+class _Collect(Generic[T, R]):
+    """run_stream: keep each value at its pull index and return the list at the end."""
+
+    limit = None  # the worker pool bounds the pulls by itself (invariant 2)
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+        # Each value at its pull index. (invariant 3)
+        self.results: list[Any] = []
+
+    def keep(self, index: int, item: T, value: R) -> None:
+        results = self.results
+        if index == len(results):
+            results.append(value)  # invariant 3
+        elif index < len(results):
+            results[index] = value
+        else:
+            results.extend([None] * (index - len(results)))
+            results.append(value)
+
+    def ended(self) -> None:
+        pass
+
+
+class _HandOver(Generic[T, R]):
+    """open_stream: results wait for the consumer, each holding its place until taken.
+
+    A place is freed only when the consumer has the result in hand, so a
+    slow consumer stops new pulls and memory stays O(window). (invariant 2)
+    This object is the async iterator the consumer gets. Results wait in
+    ``ready`` under the rank in which the consumer is to get them: the
+    ``handed``-th result handed over is ``ready[handed]``. The two
+    subclasses differ only in the rank a finished run gets.
+    """
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+        # Pulls may run this far ahead of the results handed over. (invariant 2)
+        self.limit = state.window
+        # Whose for_place waiters a hand-over wakes; set by the dispatcher.
+        self.turn: _Turn | None = None
+        # Finished runs not handed over yet, by rank: at most window of them.
+        # (invariants 2, 3)
+        self.ready: dict[int, Done[T, R]] = {}
+        # Consumers waiting for the next result (one, unless the consumer
+        # shares the iterator between tasks).
+        self.consumers = _Waiters()
+        # The consumer freed places since it last parked (see __anext__).
+        self._took = False
+
+    def keep(self, index: int, item: T, value: R) -> None:
+        raise NotImplementedError
+
+    def ended(self) -> None:
+        """Nothing will be kept any more: let every waiting consumer see the end."""
+        self.consumers.wake_all()
+
+    def __aiter__(self) -> _HandOver[T, R]:
+        return self
+
+    async def __anext__(self) -> Done[T, R]:
+        state = self.state
+        turn = self.turn
+        assert turn is not None
+        while True:
+            # No schedule point between taking a result and returning it: the
+            # worker whose place that frees must not pull before the consumer
+            # actually holds the result (invariant 2). A cancelled consumer
+            # gets no more results, though.
+            if cancel_status().effectively_cancelled:
+                await trio.lowlevel.checkpoint()
+            done = self.ready.pop(state.handed, None)
+            if done is not None:
+                state.handed += 1
+                self._took = True
+                if turn.for_place.tasks:
+                    turn.for_place.wake_one()  # a place is free: one more may pull
+                return done
+            if state.live == 0:
+                raise StopAsyncIteration
+            if self._took:
+                # The consumer just freed places, so workers are about to run
+                # and deliver: look once more before parking, which saves a
+                # wake-up per batch when runs are short.
+                self._took = False
+                await trio.lowlevel.checkpoint()
+                continue
+            await self.consumers.park()
+
+
+class _Ordered(_HandOver[T, R]):
+    """open_stream(ordered=True): a result's rank is its pull index. (invariant 3)"""
+
+    def keep(self, index: int, item: T, value: R) -> None:
+        self.ready[index] = Done(index, item, value)
+        if index == self.state.handed and self.consumers.tasks:
+            self.consumers.wake_one()
+
+
+class _Unordered(_HandOver[T, R]):
+    """open_stream(ordered=False): a result's rank is when its run finished. (invariant 3)"""
+
+    def __init__(self, state: _State) -> None:
+        super().__init__(state)
+        # Runs finished so far: the rank the next finished run gets.
+        self._finished = 0
+
+    def keep(self, index: int, item: T, value: R) -> None:
+        self.ready[self._finished] = Done(index, item, value)
+        self._finished += 1
+        if self.consumers.tasks:
+            self.consumers.wake_one()
+
+
+# -- the dispatcher -----------------------------------------------------------------
+
+
 class _Dispatch(Generic[T, R]):
-    """One run of the dispatcher; not reusable.
+    """One run of the dispatcher: its workers, its source and its close-out.
 
     Runs record their own failure instead of raising it into the nursery, so
     the nursery never has to be unpicked from an ``ExceptionGroup``: the first
@@ -268,186 +512,289 @@ class _Dispatch(Generic[T, R]):
         self,
         source: Source[T],
         run: Run[T, R],
-        window: int | None,
-        drain: Drain | None,
+        handover: _Collect[T, R] | _HandOver[T, R],
         *,
-        collect: bool,
-        ordered: bool,
-        rate: Pacer | None = None,
-        trace: Recorder | None = None,
+        drain: Drain | None,
+        rate: Pacer | None,
+        trace: Recorder | None,
     ) -> None:
-        self._pulled = 0
-        self._exhausted = False
-        # The source ran out while no drain was requested (see _drained).
-        self._ran_out = False
-        # A failure, an outside cancellation or the consumer leaving early
-        # ended the stream: whatever is left was not left by a drain.
-        self._cut_short = False
-        self._closed = False
-        self._failure: BaseException | None = None
+        # What the stream's tasks share, and the two mechanisms built on it.
+        self.state = state = handover.state
+        self.handover = handover
+        self.turn = _Turn(state, handover.limit)
+        if isinstance(handover, _HandOver):
+            handover.turn = self.turn
+        # The caller's options, each None when not given (and then free).
         self._drain = drain
         self._rate = rate
         self._trace = trace
+        # Where workers, runs of their own and the drain's closer run.
+        self._nursery: trio.Nursery | None = None
         if isinstance(source, BindsRun):
             # The source may hold work of its own (a buffer of follow-ups):
             # it asks whether admission is still open before handing any out.
             source, run = source.bind_run(run, admitting=self._admitting, drained=self._drained)
         self._run = run
-        self._window = window
-        self._ordered = ordered
-        self._collect = collect
+        # The source, as exactly one of the two: only the turn's holder
+        # touches it (invariant 2), and _close closes it (invariant 5).
         self._aiter: AsyncIterator[T] | None = None
         self._iter: Iterator[T] | None = None
         if isinstance(source, AsyncIterable):
             self._aiter = as_async_iterator(source)
         else:
             self._iter = iter(source)
-        self._nursery: trio.Nursery | None = None
-        # Pull turn-taking: a bare flag and a queue of waiters, so the uncontended
-        # case costs one attribute check (trio.Lock always checkpoints).
-        self._pull_busy = False
-        self._pull_lot = _Waiters()
-        self._pull_scope: trio.CancelScope | None = None
-        self._cut_scope: trio.CancelScope | None = None
-        # run_stream: results by index.
-        self.results: list[Any] = []
-        # open_stream: finished runs waiting for the consumer.
-        self._ready: dict[int, Done[T, R]] = {}
-        self._order: collections.deque[int] = collections.deque()  # for ordered=False
-        self._handed = 0
-        self._live = 0  # workers or per-item tasks still running
-        self._spawned = 0  # workers started so far
-        self._consumer_lot = _Waiters()
-        self._credit_window = None if collect else window
-        self._credit_lot = _Waiters()
-        self._took_since_park = False
-        self._drain_scope = trio.CancelScope()
 
-    # -- pulling ---------------------------------------------------------------
+    # -- what a bound source may ask --------------------------------------------
 
     def _admitting(self) -> bool:
-        return not (
-            self._exhausted
-            or self._failure is not None
-            or (self._drain is not None and self._drain.requested)
-        )
+        return self.state.admitting
 
     def _drained(self) -> bool:
-        return (
-            self._drain is not None
-            and self._drain.requested
-            and not self._ran_out
-            and self._failure is None
-            and not self._cut_short
-        )
+        state = self.state
+        return state.stopped_by == "drain" and state.failure is None and not state.cut_short
 
-    async def _pull(self, scope: trio.CancelScope) -> tuple[int, T] | None:
-        """Take the next item, or None when admission is over.
+    # -- admission ----------------------------------------------------------------
 
-        Callers take turns; whoever holds the turn is the only one touching
-        the source, which async generators require. ``scope`` is the caller's
-        own long-lived cancel scope: a drain cancels it to cut a pull that is
-        waiting on a quiet source (a scope per pull would cost more than the
-        rest of the pull put together).
+    def _stop_admitting(self, why: Literal["end", "failure", "drain"]) -> None:
+        state = self.state
+        if state.admitting:
+            state.admitting = False  # invariants 4, 6
+            state.stopped_by = why
+
+    def _on_drain(self) -> None:
+        """The drain was requested: :class:`Drain` calls this at once, in the requesting task.
+
+        The whole drain protocol: admission closes now, so no pull starts
+        after ``request()`` returns; then a task of its own cuts the pull
+        still waiting on the source or the pacer, if any, and closes the
+        source as soon as it gets the turn, while the runs in flight go on.
+        (invariant 6)
         """
-        while True:
-            while self._pull_busy:
-                await self._pull_lot.park()
-            # open_stream: a place is free only once the consumer has taken a
-            # result, so pulls may run at most `window` ahead of hand-overs.
-            if self._credit_window is not None and (
-                self._pulled >= self._handed + self._credit_window
-            ):
-                await self._credit_lot.park()
-                continue
-            break
-        self._pull_busy = True
-        # A token taken from the pacer and not yet spent on an item that runs.
-        token = False
+        if self._trace is not None:
+            self._trace.marked("drain")
+        self._stop_admitting("drain")
+        if self.state.live:
+            # With nothing left running the stream is over, and its nursery
+            # may be closed: close-out will close the source.
+            assert self._nursery is not None
+            self._nursery.start_soon(self._close_for_drain)
+
+    async def _close_for_drain(self) -> None:
+        """Close the source for a drain, in the turn: never mid-pull. (invariants 5, 6)"""
+        # Cancelled as well (from outside, or by a failure)? Then close-out
+        # closes the source, and not as a drain.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        # A pull that completes in the instant the drain was requested
+        # completes, and its item runs; one still waiting is cut.
+        self.turn.cut_pull()
+        await self.turn.wait_alone()
         try:
-            if not self._admitting():
-                return None
-            if self._rate is not None:
-                # Waiting for a token is part of the pull: a drain cuts it.
-                self._pull_scope = scope
-                try:
-                    await self._rate.acquire()
-                finally:
-                    self._pull_scope = None
-                token = True
-                if not self._admitting():
-                    return None
-            index = self._pulled
-            if self._iter is not None:
-                try:
-                    item = next(self._iter)
-                except StopIteration:
-                    self._end_of_source()
-                    return None
-            else:
-                self._pull_scope = scope
-                try:
-                    item = await anext(self._aiter)  # type: ignore[arg-type]
-                except StopAsyncIteration:
-                    self._end_of_source()
-                    return None
-                finally:
-                    self._pull_scope = None
-            if self._failure is not None:
-                # The item arrived in the same instant as another run failed:
-                # nothing may start after a failure.
-                return None
-            token = False
-            self._pulled = index + 1
-            if self._collect:
-                self.results.append(None)
-            if self._trace is not None:
-                self._trace.pulled(index, item)
-            if self._cut_scope is scope:
-                # A drain cancelled this pull, but the item had already
-                # arrived. Taken from the source, it must run, yet not under
-                # the caller's cancelled scope: give it a task of its own.
-                assert self._nursery is not None
-                self._live += 1
-                self._nursery.start_soon(self._run_one, index, item)
-                return None
-            return index, item
-        except Exception as exc:
-            self._fail(exc, f"sluicegate: raised by the source while pulling item {self._pulled}")
-            return None
+            error = await self._close()
         finally:
-            if token:
-                self._rate.refund()  # type: ignore[union-attr]
-            self._pull_busy = False
-            if self._pull_lot:
-                self._pull_lot.wake_one()
+            self.turn.leave()
+        if error is not None:
+            self._fail(error, "while closing the source for a drain")
 
-    def _end_of_source(self) -> None:
-        self._exhausted = True
-        if self._drain is None or not self._drain.requested:
-            self._ran_out = True
-
-    # -- failure and close-out ---------------------------------------------------
-
-    def _fail(self, exc: BaseException, note: str) -> None:
-        if self._failure is None:
-            exc.add_note(note)
-            self._failure = exc
+    def _fail(self, exc: BaseException, where: str) -> None:
+        """Record a failure of a run or of the source. (invariant 4)"""
+        state = self.state
+        if state.failure is None:
+            exc.add_note(f"sluicegate: raised {where}")
+            state.failure = exc
+            state.failed_in = where
+            self._stop_admitting("failure")
             if self._trace is not None:
                 self._trace.marked("failure")
             assert self._nursery is not None
             self._nursery.cancel_scope.cancel()
-        elif exc is not self._failure:
+        elif exc is not state.failure:
             # Runs that fail before the cancellation reaches them are kept as
             # notes on the first failure: nothing is dropped silently, and the
             # caller still gets one exception of the type it can catch.
-            self._failure.add_note(f"{note.removeprefix('sluicegate: ')}, also failed: {exc!r}")
+            state.failure.add_note(f"raised {where}, also failed: {exc!r}")
 
-    async def _close_source(self) -> BaseException | None:
-        """Close the source once; returns what closing raised."""
-        if self._closed:
+    # -- pulling ------------------------------------------------------------------
+
+    async def _pull(self, scope: trio.CancelScope) -> tuple[int, T] | None:
+        """Take the next item while holding the turn, or None when admission is over.
+
+        ``scope`` is the caller's own long-lived cancel scope, which a drain
+        cancels to cut a wait on the source or on the pacer.
+        """
+        state = self.state
+        turn = self.turn
+        while not turn.take():
+            await turn.wait()  # invariant 2
+        # A token taken from the pacer and not spent on an item that runs yet.
+        token = False
+        try:
+            if not state.admitting:
+                return None  # invariants 4, 6
+            if self._rate is not None:
+                turn.scope = scope
+                try:
+                    await self._rate.acquire()
+                finally:
+                    turn.scope = None
+                token = True
+                if not state.admitting:
+                    return None
+            index = state.pulled
+            if self._iter is not None:
+                try:
+                    item = next(self._iter)
+                except StopIteration:
+                    self._stop_admitting("end")
+                    return None
+            else:
+                turn.scope = scope
+                try:
+                    item = await anext(self._aiter)  # type: ignore[arg-type]
+                except StopAsyncIteration:
+                    self._stop_admitting("end")
+                    return None
+                finally:
+                    turn.scope = None
+            if state.failure is not None:
+                # The item arrived in the same instant as a run failed:
+                # nothing starts after a failure. (invariant 4)
+                return None
+            token = False
+            state.pulled = index + 1
+            if self._trace is not None:
+                self._trace.pulled(index, item)
+            if turn.cut is scope:
+                # A drain cut this pull, but the item had already arrived.
+                # Taken from the source, it must run, yet not under the
+                # cancelled scope: it gets a task of its own. (invariant 6)
+                self._spawn(self._run_one, index, item)
+                return None
+            return index, item
+        except Exception as exc:
+            self._fail(exc, f"by the source while pulling item {state.pulled}")
             return None
-        self._closed = True
+        finally:
+            if token:
+                self._rate.refund()  # type: ignore[union-attr]
+            turn.leave()
+
+    # -- running ------------------------------------------------------------------
+
+    def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        assert self._nursery is not None
+        self.state.live += 1
+        self._nursery.start_soon(fn, *args)
+
+    def _exited(self) -> None:
+        """A worker, or a run in a task of its own, is gone."""
+        state = self.state
+        state.live -= 1
+        if state.live == 0:
+            # Nothing will produce again: every waiting consumer must see the end.
+            self.handover.ended()
+
+    def _ended_badly(self, index: int, exc: BaseException) -> None:
+        if self._trace is not None:
+            self._trace.finished(index, exc)
+        if isinstance(exc, Exception):
+            self._fail(exc, f"by the run of item {index}")
+
+    async def _work(self) -> None:
+        """One worker: pull, run, hand over, until admission ends.
+
+        With a window each worker runs its items itself, and the pool grows
+        by one whenever a worker finds nobody waiting to pull after it. With
+        ``window=None`` the one worker only pulls, and gives each item a task
+        of its own.
+        """
+        state = self.state
+        turn = self.turn
+        run = self._run
+        keep = self.handover.keep
+        window = state.window
+        trace = self._trace
+        passes = 0
+        try:
+            with trio.CancelScope() as scope:
+                status = cancel_status()
+                while True:
+                    passes += 1
+                    if status.effectively_cancelled or not passes % YIELD_EVERY:
+                        # Runs that shield themselves or swallow Cancelled
+                        # must not keep a cancelled worker pulling (invariant 7);
+                        # a source and runs that never block must still let
+                        # the scheduler in.
+                        await trio.lowlevel.checkpoint()
+                    pulled = await self._pull(scope)
+                    if pulled is None:
+                        return
+                    if window is None:
+                        self._spawn(self._run_one, *pulled)
+                        continue
+                    if state.workers < window and turn.idle:
+                        state.workers += 1  # invariant 1
+                        self._spawn(self._work)
+                    index, item = pulled
+                    if trace is not None:
+                        trace.started(index)
+                    try:
+                        value = await run(item)
+                    except BaseException as exc:
+                        self._ended_badly(index, exc)
+                        if isinstance(exc, Exception):
+                            return
+                        raise
+                    if trace is not None:
+                        trace.finished(index, None)
+                    keep(index, item, value)
+        finally:
+            self._exited()
+
+    async def _run_one(self, index: int, item: T) -> None:
+        """Run one item in a task of its own (``window=None``, or an item a drain cut)."""
+        try:
+            if self.state.failure is not None:
+                return  # spawned before a failure, first scheduled after it (invariant 4)
+            await trio.lowlevel.checkpoint_if_cancelled()  # invariant 7
+            if self._trace is not None:
+                self._trace.started(index)
+            try:
+                value = await self._run(item)
+            except BaseException as exc:
+                self._ended_badly(index, exc)
+                if isinstance(exc, Exception):
+                    return
+                raise
+            if self._trace is not None:
+                self._trace.finished(index, None)
+            self.handover.keep(index, item, value)
+        finally:
+            self._exited()
+
+    # -- the lifecycle --------------------------------------------------------------
+
+    def start(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        if self._drain is not None:
+            # A drain requested already closes admission before any pull.
+            self._drain._subscribe(self._on_drain)
+        # One worker to start with; with a window, each adds another when it
+        # finds nobody waiting to pull after it, up to the window. A large
+        # window over a short source then costs nothing up front.
+        self.state.workers = 1
+        self._spawn(self._work)
+
+    def stop(self) -> None:
+        """The stream is over: a later drain request must not reach it."""
+        if self._drain is not None:
+            self._drain._unsubscribe(self._on_drain)
+
+    async def _close(self) -> BaseException | None:
+        """Close the source, once; returns what closing raised. (invariant 5)"""
+        state = self.state
+        if state.closed:
+            return None
+        state.closed = True
         try:
             await close_source(self._aiter if self._aiter is not None else self._iter)
         except Exception as exc:
@@ -457,235 +804,122 @@ class _Dispatch(Generic[T, R]):
                 self._trace.marked("close")
         return None
 
-    async def _watch_drain(self, drain: Drain) -> None:
-        with self._drain_scope:
-            await drain.wait()
-        if self._trace is not None and drain.requested:
-            # Marked even when the stream ended in the same instant: the
-            # drain was requested while it ran.
-            self._trace.marked("drain")
-        if self._drain_scope.cancelled_caught:
-            return
-        if self._pull_scope is not None:
-            self._cut_scope = self._pull_scope
-            self._pull_scope.cancel()
-        # Wait for our turn so that the source is never closed mid-pull.
-        while self._pull_busy:
-            await self._pull_lot.park()
-        self._pull_busy = True
-        try:
-            error = await self._close_source()
-        finally:
-            self._pull_busy = False
-            self._pull_lot.wake_one()
-        if error is not None:
-            self._fail(error, "sluicegate: raised while closing the source for a drain")
+    async def close_out(self, primary: BaseException | None) -> BaseException | None:
+        """Close the source and decide what the stream raises; None for nothing.
 
-    # -- running ----------------------------------------------------------------
+        ``primary`` is what ended the nursery, if anything: a cancellation,
+        the consumer body's own exception or a ``KeyboardInterrupt``.
 
-    def _exited(self) -> None:
-        """A worker (or per-item task, or the puller) is gone."""
-        self._live -= 1
-        if self._live == 0:
-            # Nothing will produce again: wake every waiting consumer so each
-            # sees the end, and stop watching for a drain that can no longer
-            # matter.
-            self._consumer_lot.wake_all()
-            self._drain_scope.cancel()
+        One place decides, so that every failure is either raised or named in
+        a note on what is raised (invariant 4):
 
-    def _keep(self, index: int, item: T, value: R) -> None:
-        """Store a finished run's value: by index, or for the consumer."""
-        if self._collect:
-            self.results[index] = value
-        else:
-            self._deliver(Done(index, item, value))
-
-    def _spawn_worker(self) -> None:
-        assert self._nursery is not None
-        self._spawned += 1
-        self._live += 1
-        self._nursery.start_soon(self._worker)
-
-    async def _worker(self) -> None:
-        """Pull and run items until admission ends.
-
-        With a window, a worker runs each item itself and the pool grows with
-        the work. With ``window=None`` the one worker only pulls, and gives
-        each item a task of its own.
+        * a recorded failure is raised as itself unless something stronger
+          ended the stream (the body's exception, a ``KeyboardInterrupt``);
+          then it is named in a note on that;
+        * a failure to close the source is raised if nothing else is, noted
+          on what is raised otherwise, and logged if that is a cancellation,
+          which a cancel scope will swallow along with its notes.
         """
-        run = self._run
-        window = self._window
-        trace = self._trace
-        nursery = self._nursery
-        assert nursery is not None
-        passes = 0
-        try:
-            with trio.CancelScope() as scope:
-                while True:
-                    passes += 1
-                    if not passes % YIELD_EVERY:
-                        await trio.lowlevel.checkpoint()
-                    pulled = await self._pull(scope)
-                    if pulled is None:
-                        return
-                    if window is None:
-                        self._live += 1
-                        nursery.start_soon(self._run_one, *pulled)
-                        continue
-                    if self._spawned < window and not self._pull_lot and not self._credit_lot:
-                        # Nobody is waiting to pull next: add a worker, so the
-                        # pool grows with the work instead of all at once.
-                        self._spawn_worker()
-                    index, item = pulled
-                    if trace is not None:
-                        trace.started(index)
-                    try:
-                        value = await run(item)
-                    except Exception as exc:
-                        if trace is not None:
-                            trace.finished(index, exc)
-                        self._fail(exc, f"sluicegate: raised by the run of item {index}")
-                        return
-                    except BaseException as exc:
-                        if trace is not None:
-                            trace.finished(index, exc)
-                        raise
-                    if trace is not None:
-                        trace.finished(index, None)
-                    self._keep(index, item, value)
-        finally:
-            self._exited()
-
-    async def _run_one(self, index: int, item: T) -> None:
-        try:
-            if self._failure is not None:
-                return  # spawned before a failure, first scheduled after it
-            trace = self._trace
-            if trace is not None:
-                trace.started(index)
-            try:
-                value = await self._run(item)
-            except Exception as exc:
-                if trace is not None:
-                    trace.finished(index, exc)
-                self._fail(exc, f"sluicegate: raised by the run of item {index}")
-                return
-            except BaseException as exc:
-                if trace is not None:
-                    trace.finished(index, exc)
-                raise
-            if trace is not None:
-                trace.finished(index, None)
-            self._keep(index, item, value)
-        finally:
-            self._exited()
-
-    def start(self, nursery: trio.Nursery) -> None:
-        self._nursery = nursery
-        if self._drain is not None:
-            nursery.start_soon(self._watch_drain, self._drain)
-        # One worker to start with; with a window, each adds another when it
-        # finds nobody waiting to pull after it, up to the window. A large
-        # window over a short source then costs nothing up front.
-        self._spawn_worker()
-
-    # -- handing results to an open_stream consumer -----------------------------
-
-    def _deliver(self, done: Done[T, R]) -> None:
-        """Queue ``done`` for the consumer; its place stays taken until handed over."""
-        index = done.index
-        self._ready[index] = done
-        if self._ordered:
-            if index == self._handed and self._consumer_lot:
-                self._consumer_lot.wake_one()
-        else:
-            self._order.append(index)
-            if self._consumer_lot:
-                self._consumer_lot.wake_one()
-
-    def _next_ready(self) -> Done[T, R] | None:
-        if self._ordered:
-            done = self._ready.pop(self._handed, None)
-        elif self._order:
-            done = self._ready.pop(self._order.popleft())
-        else:
-            return None
-        if done is not None:
-            self._handed += 1
-            self._took_since_park = True
-            if self._credit_lot:
-                self._credit_lot.wake_one()
-        return done
-
-    async def next_done(self) -> Done[T, R]:
-        while True:
-            # No schedule point between taking a result and returning it: the
-            # worker whose place that frees must not pull before the consumer
-            # actually holds the result.
-            await trio.lowlevel.checkpoint_if_cancelled()
-            done = self._next_ready()
-            if done is not None:
-                return done
-            if self._live == 0:
-                raise StopAsyncIteration
-            if self._took_since_park:
-                # The consumer just freed places, so workers are about to run
-                # and deliver: look once more before parking, which saves a
-                # wake-up per batch when runs are short.
-                self._took_since_park = False
-                await trio.lowlevel.checkpoint()
-                continue
-            await self._consumer_lot.park()
-
-    # -- the whole lifecycle ----------------------------------------------------
-
-    async def finish(self, primary: BaseException | None) -> None:
-        """Close the source and raise the failure that ended the stream, if any."""
-        error = await self._close_source()
-        failure = self._failure
+        if primary is not None:
+            self.state.cut_short = True
+        close_error = await self._close()  # invariant 5
+        failure = self.state.failure
+        raised = primary
         if failure is not None and (primary is None or isinstance(primary, trio.Cancelled)):
-            if error is not None:
-                failure.add_note(f"closing the source then also failed: {error!r}")
-            raise failure
-        if error is not None:
-            if primary is not None:
-                primary.add_note(f"sluicegate: closing the source also failed: {error!r}")
-            else:
-                raise error
+            raised = failure  # invariant 4
+        elif failure is not None and failure is not primary:
+            assert primary is not None
+            primary.add_note(f"sluicegate: meanwhile {failure!r} was raised {self.state.failed_in}")
+        if close_error is None:
+            return raised
+        if raised is None:
+            return close_error
+        raised.add_note(f"sluicegate: closing the source also failed: {close_error!r}")
+        if isinstance(raised, trio.Cancelled):
+            logger.error(
+                "sluicegate: closing the source failed while the stream was being cancelled",
+                exc_info=close_error,
+            )
+        return raised
 
 
-def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The exception to re-raise in place of the dispatcher nursery's group.
+class _Dispatching(Generic[H]):
+    """The async context manager a stream runs in, for both fronts.
 
-    Workers never raise run failures into the nursery, so the group holds
-    cancellation, a ``KeyboardInterrupt`` (or other ``BaseException``) from a
-    run, or what an ``open_stream`` consumer body raised. Each of those is
-    re-raised as itself, untouched: a body that raises its own
-    ``ExceptionGroup`` gets that group back. ``Cancelled`` only wins when
-    nothing else is there, and a ``KeyboardInterrupt`` is never dropped in
-    favour of an ordinary exception; anything else is kept as a note.
+    Entering starts the workers in a nursery of its own and gives the
+    hand-over strategy: ``run_stream`` reads its list at the end,
+    ``open_stream``'s consumer iterates it. Leaving waits for the workers
+    (``open_stream``'s consumer leaving cancels them first), closes the
+    source and raises what :meth:`_Dispatch.close_out` decides, as itself.
+    A class, not an ``@asynccontextmanager`` generator, because a generator
+    may not raise a run's ``StopAsyncIteration`` (invariant 4).
     """
-    kept: list[BaseException] = []
-    for exc in group.exceptions:
-        if isinstance(exc, trio.Cancelled):
-            continue
-        if isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None:
-            continue
-        kept.append(exc)
-    if not kept:
-        return _first_leaf(group)
-    # A KeyboardInterrupt or SystemExit outranks an ordinary exception.
-    kept.sort(key=lambda exc: isinstance(exc, Exception))
-    first, others = kept[0], kept[1:]
-    for other in others:
-        first.add_note(f"sluicegate: also raised meanwhile: {other!r}")
-    return first
+
+    def __init__(
+        self, handover: H, setup: Callable[[H], _Dispatch[Any, Any]], *, stop_on_exit: bool
+    ) -> None:
+        self._handover = handover
+        self._setup = setup
+        self._stop_on_exit = stop_on_exit
+        self._nursery_manager = trio.open_nursery()
+        self._nursery: trio.Nursery | None = None
+        self._dispatch: _Dispatch[Any, Any] | None = None
+
+    async def __aenter__(self) -> H:
+        # The source is first touched here (bound, or asked for its iterator).
+        self._dispatch = dispatch = self._setup(self._handover)
+        self._nursery = await self._nursery_manager.__aenter__()
+        dispatch.start(self._nursery)
+        return self._handover
+
+    async def __aexit__(
+        self,
+        etype: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        dispatch = self._dispatch
+        assert dispatch is not None and self._nursery is not None
+        if self._stop_on_exit:
+            # The consumer left: leaving, however it happens, ends the runs.
+            if dispatch.state.live:
+                dispatch.state.cut_short = True
+            self._nursery.cancel_scope.cancel()
+        primary: BaseException | None = None
+        try:
+            if not await self._nursery_manager.__aexit__(etype, exc, tb):
+                primary = exc
+        except BaseExceptionGroup as group:
+            primary = sole_exception(group)  # invariant 4: as itself, not in a group
+        except BaseException as error:
+            primary = error
+        finally:
+            dispatch.stop()
+        raised = await dispatch.close_out(primary)
+        if raised is None:
+            return True
+        if raised is exc:
+            return False
+        raise raised
 
 
-def _first_leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
+def _dispatching(
+    source: Source[T],
+    run: Run[T, R],
+    handover: H,
+    *,
+    window: int | None,
+    drain: Drain | None,
+    rate: Pacer | None,
+    trace: Recorder | None,
+) -> _Dispatching[H]:
+    """Check the arguments now, before the source is touched; start the stream on entry."""
+    _check_arguments(source, run, window, rate, trace)
+
+    def setup(handover: H) -> _Dispatch[T, R]:
+        return _Dispatch(source, run, handover, drain=drain, rate=rate, trace=trace)
+
+    return _Dispatching(handover, setup, stop_on_exit=isinstance(handover, _HandOver))
 
 
 async def run_stream(
@@ -703,8 +937,9 @@ async def run_stream(
     too), so a live feed is consumed no faster than it is processed.
 
     Args:
-        source: An async iterable (a live feed, an async generator) or a sync
-            iterable of items. A :class:`~sluicegate.SampleSource` works too.
+        source: An async iterable (a live feed, an async generator, a trio
+            memory receive channel) or a sync iterable of items. A
+            :class:`~sluicegate.SampleSource` works too.
         run: An async function called once per item.
         window: The most runs alive at once: an ``int >= 1``, or ``None`` for
             no bound.
@@ -725,47 +960,22 @@ async def run_stream(
             ``source``, a non-callable ``run``, or a ``rate`` or ``trace``
             without the methods above, before the source is touched.
         ValueError: for a ``window`` below 1, before the source is touched.
+        TimeoutError: the source's ``aclose()`` did not finish within 10
+            seconds (see docs/runner.md, "Close-out").
         Exception: the first exception raised by a run or by the source, as
             itself, with a note naming the item index. Every other run is
             cancelled and has unwound, and the source is closed, before it
             propagates. Runs that failed meanwhile are listed in further notes.
     """
-    _check_arguments(source, run, window, rate, trace)
-    dispatch = _Dispatch(
-        source, run, window, drain, collect=True, ordered=True, rate=rate, trace=trace
-    )
-    primary: BaseException | None = None
-    try:
-        async with trio.open_nursery() as nursery:
-            dispatch.start(nursery)
-    except BaseExceptionGroup as group:
-        primary = _single(group)
-    except BaseException as exc:
-        primary = exc
-    if primary is not None:
-        dispatch._cut_short = True
-    await dispatch.finish(primary)
-    if primary is not None:
-        raise primary
-    return dispatch.results
+    collect: _Collect[T, R] = _Collect(_State(window))
+    async with _dispatching(
+        source, run, collect, window=window, drain=drain, rate=rate, trace=trace
+    ):
+        pass
+    return collect.results
 
 
-class _Results(Generic[T, R]):
-    """The async iterator :func:`open_stream` yields."""
-
-    def __init__(self, dispatch: _Dispatch[T, R]) -> None:
-        self._dispatch = dispatch
-
-    def __aiter__(self) -> _Results[T, R]:
-        return self
-
-    def __anext__(self) -> Awaitable[Done[T, R]]:
-        # Return the dispatcher's coroutine itself: one frame less per item.
-        return self._dispatch.next_done()
-
-
-@asynccontextmanager
-async def open_stream(
+def open_stream(
     source: AsyncIterable[T] | Iterable[T] | BindsRun,
     run: Callable[[T], Awaitable[R]],
     *,
@@ -774,7 +984,7 @@ async def open_stream(
     drain: Drain | None = None,
     rate: Pacer | None = None,
     trace: Recorder | None = None,
-) -> AsyncIterator[AsyncIterator[Done[T, R]]]:
+) -> AbstractAsyncContextManager[AsyncIterator[Done[T, R]]]:
     """Run ``source`` through ``run`` and hand each result over as it is ready.
 
     Use as ``async with open_stream(source, run, window=8) as results:`` and
@@ -796,35 +1006,18 @@ async def open_stream(
         rate: As for :func:`run_stream`.
         trace: As for :func:`run_stream`.
 
-    Yields:
-        An async iterator of :class:`Done`, one per finished run.
+    Returns:
+        An async context manager; entering it starts the stream and gives an
+        async iterator of :class:`Done`, one per finished run.
 
     Raises:
-        Exception: everything :func:`run_stream` raises, the same way.
+        TypeError: for a non-bool ``ordered``, and everything
+            :func:`run_stream` raises for bad arguments, when called.
+        Exception: everything else :func:`run_stream` raises, the same way,
+            when the block is left.
     """
-    _check_arguments(source, run, window, rate, trace)
     if not isinstance(ordered, bool):
         raise TypeError(f"ordered must be a bool, not {ordered!r}")
-    dispatch = _Dispatch(
-        source, run, window, drain, collect=False, ordered=ordered, rate=rate, trace=trace
-    )
-    primary: BaseException | None = None
-    try:
-        async with trio.open_nursery() as nursery:
-            dispatch.start(nursery)
-            try:
-                yield _Results(dispatch)
-            finally:
-                # Leaving the block, however it happens, ends the runs.
-                if dispatch._live:
-                    dispatch._cut_short = True
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        primary = _single(group)
-    except BaseException as exc:
-        primary = exc
-    if primary is not None:
-        dispatch._cut_short = True
-    await dispatch.finish(primary)
-    if primary is not None:
-        raise primary
+    state = _State(window)
+    handover: _HandOver[T, R] = _Ordered(state) if ordered else _Unordered(state)
+    return _dispatching(source, run, handover, window=window, drain=drain, rate=rate, trace=trace)

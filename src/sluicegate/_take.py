@@ -15,54 +15,13 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
-from ._runner import YIELD_EVERY, close_source
+from ._util import check_count, close_after, close_source, pace
 
 __all__ = ["Take", "take"]
 
 T = TypeVar("T")
 
 _END: Any = object()
-
-
-def check_count(n: object, what: str) -> int:
-    """Return ``n`` if it is a count of items (an ``int >= 0``).
-
-    Raises:
-        TypeError: ``n`` is not an int (a bool is refused too).
-        ValueError: ``n`` is negative.
-    """
-    # bool is an int subclass, but take(feed, True) is always a mistake.
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{what} must be an int >= 0, not {n!r}")
-    if n < 0:
-        raise ValueError(f"{what} must be >= 0, got {n}")
-    return n
-
-
-async def pace(count: int) -> None:
-    """The checkpoint taken before reading item number ``count`` of a sync source.
-
-    Every call raises if the task is cancelled; every ``YIELD_EVERY``-th call
-    (the first included) also yields to the scheduler. A loop over a large or
-    infinite in-memory set thus stays cancellable and lets other tasks (and
-    deadlines) run, without paying a scheduler round per item.
-    """
-    if count % YIELD_EVERY:
-        await trio.lowlevel.checkpoint_if_cancelled()
-    else:
-        await trio.lowlevel.checkpoint()
-
-
-async def close_after(source: object, exc: BaseException) -> None:
-    """Close ``source`` because ``exc`` is on its way out; never masks ``exc``.
-
-    A failure while closing is kept as a note on ``exc`` rather than raised in
-    its place, so the caller still sees the exception that ended the stream.
-    """
-    try:
-        await close_source(source)
-    except Exception as close_exc:
-        exc.add_note(f"sluicegate: closing the source also failed: {close_exc!r}")
 
 
 class Take(Generic[T]):

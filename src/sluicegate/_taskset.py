@@ -32,9 +32,8 @@ from typing import Any, Generic, TypeVar, cast
 import attrs
 import trio
 
-from ._runner import close_source
-from ._take import check_count, close_after, pace, take
-from ._util import ChannelSource
+from ._take import take
+from ._util import ChannelSource, check_count, close_after, close_source, pace
 
 __all__ = ["FeedTaskset", "Task", "Taskset"]
 

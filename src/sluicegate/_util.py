@@ -1,32 +1,188 @@
-"""Helpers shared by every layer; this module imports nothing else of sluicegate."""
+"""Helpers shared by every layer; this module imports nothing else of sluicegate.
+
+Invariant numbers in comments refer to docs/runner.md.
+"""
 
 from __future__ import annotations
 
 import inspect
+import logging
 import sys
 import types
 import typing
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import attrs
 import trio
 
-__all__ = ["ChannelSource", "as_async_iterator", "fixup_module_metadata", "sole_exception"]
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "YIELD_EVERY",
+    "ChannelSource",
+    "as_async_iterator",
+    "cancel_status",
+    "check_count",
+    "close_after",
+    "close_source",
+    "fixup_module_metadata",
+    "logger",
+    "pace",
+    "sole_exception",
+]
 
 T = TypeVar("T")
 
+logger = logging.getLogger("sluicegate")
+
+# A source and runs that never block would keep a loop from ever reaching the
+# scheduler, so deadlines and other tasks could not get in. Loops over items
+# yield every so many passes; a full checkpoint costs far more than handing
+# over an in-memory item, so not on every pass.
+YIELD_EVERY = 32
+
+# How long closing a source may take, in seconds of the trio clock. Close-out
+# is shielded from cancellation so that a source's cleanup is not cut short;
+# this bound keeps an aclose() that never returns from hanging its caller for
+# good, even under an outer timeout.
+CLOSE_TIMEOUT = 10.0
+
+
+def check_count(n: object, what: str) -> int:
+    """Return ``n`` if it is a count of items (an ``int >= 0``).
+
+    Raises:
+        TypeError: ``n`` is not an int (a bool is refused too).
+        ValueError: ``n`` is negative.
+    """
+    # bool is an int subclass, but take(feed, True) is always a mistake.
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{what} must be an int >= 0, not {n!r}")
+    if n < 0:
+        raise ValueError(f"{what} must be >= 0, got {n}")
+    return n
+
+
+async def pace(count: int) -> None:
+    """The checkpoint taken before reading item number ``count`` of a sync source.
+
+    Every call raises if the task is cancelled; every ``YIELD_EVERY``-th call
+    (the first included) also yields to the scheduler. A loop over a large or
+    infinite in-memory set thus stays cancellable and lets other tasks (and
+    deadlines) run, without paying a scheduler round per item.
+    """
+    if count % YIELD_EVERY:
+        await trio.lowlevel.checkpoint_if_cancelled()
+    else:
+        await trio.lowlevel.checkpoint()
+
+
+class CancelStatus(Protocol):
+    """What :func:`cancel_status` returns: one flag, kept up to date by trio."""
+
+    @property
+    def effectively_cancelled(self) -> bool: ...
+
+
+class _AlwaysCheck:
+    effectively_cancelled = True
+
+
+_ALWAYS_CHECK = _AlwaysCheck()
+
+
+def cancel_status() -> CancelStatus:
+    """The current task's cancel status; ``.effectively_cancelled`` is its one flag.
+
+    The flag turns true as soon as a cancel scope around the calling task is
+    cancelled, and reading it costs one attribute access, where
+    ``trio.lowlevel.checkpoint_if_cancelled()`` costs as much as handing
+    over a small item. The status belongs to the task's innermost cancel
+    scope: a loop may keep it only while the task stays inside the scopes it
+    was in when this was called. Unlike a checkpoint it does not deliver a
+    pending ``KeyboardInterrupt``; the next real checkpoint does.
+
+    trio keeps this status as a private attribute of its tasks. Should a
+    trio release move it, this returns a status that is always set, and the
+    caller falls back on a real ``checkpoint()`` each time: slower, never
+    wrong. ``tests/test_runner.py`` checks that the fast path is in use.
+    """
+    try:
+        status = trio.lowlevel.current_task()._cancel_status
+        if isinstance(status.effectively_cancelled, bool):
+            return status
+    except AttributeError:
+        pass
+    return _ALWAYS_CHECK
+
+
+async def close_source(source: object) -> None:
+    """Close ``source`` with its ``aclose()`` or ``close()``, if it has one.
+
+    Closing is shielded from cancellation, so cleanup in an async generator's
+    ``finally`` runs to the end even when the caller is being cancelled, but
+    for at most :data:`CLOSE_TIMEOUT` seconds: an ``aclose()`` still running
+    then is cancelled, and this raises :exc:`TimeoutError`.
+
+    Raises:
+        TimeoutError: ``aclose()`` did not finish in time.
+        Exception: whatever closing raised.
+    """
+    aclose = getattr(source, "aclose", None)
+    if aclose is not None:
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + CLOSE_TIMEOUT
+            await aclose()
+        if scope.cancelled_caught:
+            raise TimeoutError(
+                f"closing {source!r} did not finish within {CLOSE_TIMEOUT:g} s; it was cancelled"
+            )
+        return
+    close = getattr(source, "close", None)
+    if close is not None:
+        close()
+
+
+async def close_after(source: object, exc: BaseException) -> None:
+    """Close ``source`` because ``exc`` is on its way out; never masks ``exc``.
+
+    A failure while closing is kept as a note on ``exc`` rather than raised in
+    its place, so the caller still sees the exception that ended the stream.
+    """
+    try:
+        await close_source(source)
+    except Exception as close_exc:
+        exc.add_note(f"sluicegate: closing the source also failed: {close_exc!r}")
+
 
 def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The exception to raise in place of a group that wraps just one.
+    """The one exception to raise in place of a nursery's exception group.
 
-    A nursery whose only possible failure is its body's own exception wraps
-    that exception in a group; the caller should get it back as itself. A
-    group of several is returned unchanged, since none of them may be dropped.
+    The nurseries in sluicegate keep their own failures out of the group, so
+    what is left is cancellation, a ``KeyboardInterrupt`` (or another
+    ``BaseException``) from a task, and the body's own exception. Each comes
+    back as itself, untouched: a body that raised an ``ExceptionGroup`` gets
+    that group back. ``Cancelled`` wins only when nothing else is there; a
+    ``KeyboardInterrupt`` or ``SystemExit`` outranks an ordinary exception;
+    anything else is named in a note on the one returned, never dropped.
     """
-    if len(group.exceptions) == 1:
-        return group.exceptions[0]
-    return group
+    kept: list[BaseException] = []
+    for exc in group.exceptions:
+        if isinstance(exc, trio.Cancelled):
+            continue
+        if isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None:
+            continue  # a group of cancellations only
+        kept.append(exc)
+    if not kept:
+        first: BaseException = group
+        while isinstance(first, BaseExceptionGroup) and first.exceptions:
+            first = first.exceptions[0]
+        return first
+    kept.sort(key=lambda exc: isinstance(exc, Exception))  # stable: BaseExceptions first
+    chosen, others = kept[0], kept[1:]
+    for other in others:
+        chosen.add_note(f"sluicegate: also raised meanwhile: {other!r}")
+    return chosen
 
 
 class ChannelSource(Generic[T]):

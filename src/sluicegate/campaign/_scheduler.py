@@ -294,6 +294,21 @@ class _Campaign:
                         drain=self.drain,
                         trace=self.timeline,
                     )
+                except BaseException:
+                    # Cancelled (a second signal) or failed before the runner
+                    # pulled every adopted child, and no run starts after
+                    # that: stop those children as run_job would have.
+                    with trio.CancelScope(shield=True):
+                        while adopted:
+                            dispatch = adopted.pop(0)
+                            await self._close(
+                                dispatch.candidate.key,
+                                dispatch.adopted,
+                                None,
+                                ended=False,
+                                exit_code=None,
+                            )
+                    raise
                 finally:
                     self.timeline = None
             # Children adopted but never pulled (a drain came first) still
