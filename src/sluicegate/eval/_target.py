@@ -26,7 +26,15 @@ from .._dynamic import SampleSource
 from .._taskset import Taskset
 from ._config import UsageError
 
-__all__ = ["Environment", "Parts", "as_parts", "canonical_target", "environment", "resolve_target"]
+__all__ = [
+    "Environment",
+    "Parts",
+    "as_parts",
+    "canonical_target",
+    "environment",
+    "file_of",
+    "resolve_target",
+]
 
 
 @runtime_checkable
@@ -170,6 +178,12 @@ def environment(env: object) -> Parts:
 
 def _is_file(where: str) -> bool:
     return where.endswith(".py") or os.sep in where or "/" in where
+
+
+def file_of(target: str) -> Path | None:
+    """The file a ``path/to/file.py:NAME`` target names; None for a module target."""
+    where, sep, _ = target.rpartition(":")
+    return Path(where) if sep and where and _is_file(where) else None
 
 
 def canonical_target(target: str) -> str:
