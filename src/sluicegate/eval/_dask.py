@@ -51,7 +51,7 @@ from ._target import Parts, file_of, resolve_target
 if TYPE_CHECKING:
     from ._plan import Slot
 
-__all__ = ["LOCAL", "RemoteAttempt", "on_dask"]
+__all__ = ["LOCAL", "RemoteAttempt", "check", "dask_setup", "on_dask", "unpack"]
 
 # `--dask local`: an embedded LocalCluster for the length of the evaluation.
 LOCAL = "local"
@@ -171,6 +171,11 @@ class RemoteAttempt:
     target: str
     digest: str | None = None
     timeout: float | None = None
+
+    @property
+    def __name__(self) -> str:
+        """What Dask names its tasks after (the dashboard shows ``eval-rollout-<id>``)."""
+        return "eval-rollout"
 
     def __call__(self, task: bytes) -> Coroutine[Any, Any, bytes]:
         """The attempt for ``task`` (a pickled slot), for the bridge to run under trio.
