@@ -248,7 +248,7 @@ async def test_a_timeout_stops_the_rollout_on_its_worker(
 
 
 async def test_time_queued_on_the_cluster_is_not_the_attempts(
-    envs: ModuleType, tmp_path: Path
+    envs: ModuleType, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # One thread: while the gate holds it, the other five rollouts wait in the
     # cluster's queue for longer than the timeout, and still pass.
@@ -278,6 +278,7 @@ async def test_time_queued_on_the_cluster_is_not_the_attempts(
         envs.GATE.set()
     [report] = reports
     assert (report.ok, report.errors) == (5, 1)
+    assert "the Dask cluster has 1 worker threads for -c 6" in caplog.text
     found = by_slot(rows(tmp_path / "out"))
     assert found["1", 0]["error"]["type"] == "TimeoutError"  # it ran too long
     # The others were out for longer than the timeout, but ran only briefly.

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import math
 import os
 import signal
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from ._plan import Slot
 
 __all__ = ["LOCAL", "RemoteAttempt", "check", "dask_setup", "on_dask", "unpack"]
+
+logger = logging.getLogger("sluicegate")
 
 # `--dask local`: an embedded LocalCluster for the length of the evaluation.
 LOCAL = "local"
@@ -279,6 +282,30 @@ def _local_cluster(concurrency: int) -> dict[str, Any]:
     }
 
 
+async def _upload(bridge: DaskBridge, path: Path) -> None:
+    upload = functools.partial(bridge.client.upload_file, str(path), load=False)
+    try:
+        await trio.to_thread.run_sync(upload)
+    except Exception as exc:
+        raise UsageError(
+            f"--dask: cannot upload {path} to the workers: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+async def _check_threads(bridge: DaskBridge, concurrency: int) -> None:
+    """Warn when the cluster cannot run ``concurrency`` rollouts at once."""
+    threads = sum((await trio.to_thread.run_sync(bridge.client.nthreads)).values())
+    if threads == 0:
+        logger.warning("the Dask cluster has no workers yet: rollouts wait until one joins")
+    elif threads < concurrency:
+        logger.warning(
+            "the Dask cluster has %d worker threads for -c %d: a rollout holds a thread "
+            "while it runs, so the others wait in the cluster's queue",
+            threads,
+            concurrency,
+        )
+
+
 @asynccontextmanager
 async def on_dask(
     dask: str | DaskBridge, parts: Parts, concurrency: int, limit: float | None
@@ -289,8 +316,9 @@ async def on_dask(
     ``concurrency`` rollouts, closed at the end; another string is a
     scheduler address; a :class:`~sluicegate.dask.DaskBridge` is used as it
     is. A file target is uploaded to the workers, except to the embedded
-    cluster, which reads it where it is. Each attempt may run ``limit``
-    seconds on its worker (None: no limit).
+    cluster, which reads it where it is; a warning says when another
+    cluster has fewer threads than ``concurrency``. Each attempt may run
+    ``limit`` seconds on its worker (None: no limit).
 
     Raises:
         UsageError: the cluster cannot be started or reached, or the file
@@ -312,13 +340,9 @@ async def on_dask(
             except Exception as exc:
                 what = "start a local Dask cluster" if dask == LOCAL else f"connect to {dask}"
                 raise UsageError(f"--dask: cannot {what}: {type(exc).__name__}: {exc}") from exc
-        if path is not None and dask != LOCAL:
-            upload = functools.partial(bridge.client.upload_file, str(path), load=False)
-            try:
-                await trio.to_thread.run_sync(upload)
-            except Exception as exc:
-                raise UsageError(
-                    f"--dask: cannot upload {path} to the workers: {type(exc).__name__}: {exc}"
-                ) from exc
+        if dask != LOCAL:  # the embedded one shares our files and is sized for -c
+            if path is not None:
+                await _upload(bridge, path)
+            await _check_threads(bridge, concurrency)
         remote: RemoteRun[bytes, bytes] = bridge.remote(RemoteAttempt(target, digest, limit))
         yield _OnCluster(remote)
