@@ -189,10 +189,8 @@ def file_of(target: str) -> Path | None:
 def canonical_target(target: str) -> str:
     """``target`` with a file path made absolute, so a resume from another
     directory still names the same environment; a module target is unchanged."""
-    where, sep, attr = target.rpartition(":")
-    if not sep or not where or not _is_file(where):
-        return target
-    return f"{Path(where).resolve()}:{attr}"
+    path = file_of(target)
+    return target if path is None else f"{path.resolve()}:{target.rpartition(':')[2]}"
 
 
 def resolve_target(target: str) -> Parts:
