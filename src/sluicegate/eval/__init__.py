@@ -5,8 +5,9 @@
 ``_plan`` turns the taskset (or ``SampleSource``) into rollout slots,
 ``_rollout`` runs one slot under the retry policy, ``_log`` writes
 ``results.jsonl``/``run.json`` and reads them back for a resume,
-``_report`` judges the run, ``_display`` shows progress, and ``_cli`` is the
-thin command line. See ``docs/eval.md``.
+``_report`` judges the run, ``_display`` shows progress, ``_dask`` runs the
+attempts on a Dask cluster when asked, and ``_cli`` is the thin command
+line. See ``docs/eval.md``.
 """
 
 from .. import _util

@@ -135,6 +135,13 @@ def register(commands: Any) -> None:
         choices=DISPLAYS,
         help="progress display (default: rich on a terminal, plain otherwise)",
     )
+    add(
+        "--dask",
+        metavar="ADDRESS",
+        help="run each rollout on a Dask cluster: 'local' starts one on this machine for the "
+        "run, else the scheduler's address (needs the dask extra; TARGET must not be a "
+        "SampleSource)",
+    )
     parser.add_argument(
         "--trace",
         action="store_true",
@@ -190,15 +197,17 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         "min_score": None if args.min_score is None else _min_score(args.min_score),
     }
     display = args.display or ("rich" if sys.stdout.isatty() else "plain")
+    # For this session only: run.json records none of these, so a resume may differ.
+    this_session: dict[str, Any] = {"display": display}
     if args.trace:
-        display_and_trace: dict[str, Any] = {"display": display, "trace": True}
-    else:
-        display_and_trace = {"display": display}
+        this_session["trace"] = True
+    if args.dask is not None:
+        this_session["dask"] = args.dask
     if args.resume is None:
         if args.target is None:
             raise UsageError("TARGET is required (it may be left out only with --resume DIR)")
         settings = {key: value for key, value in given.items() if value is not None}
-        return {"env": args.target, "output_dir": args.output, **display_and_trace, **settings}
+        return {"env": args.target, "output_dir": args.output, **this_session, **settings}
     if args.output is not None and Path(args.output) != Path(args.resume):
         raise UsageError("-o and --resume name different directories; --resume is enough")
     try:
@@ -217,7 +226,7 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         "env": args.target,
         "output_dir": args.resume,
         "resume": True,
-        **display_and_trace,
+        **this_session,
         **settings,
     }
 

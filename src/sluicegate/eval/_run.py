@@ -12,6 +12,7 @@ a slow disk holds back new rollouts rather than piling rows up in memory.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import warnings
@@ -19,7 +20,8 @@ from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
@@ -43,9 +45,12 @@ from ._log import (
 from ._plan import DuplicateTaskId, Kind, Slot, Source, check, kind_of, plan
 from ._records import Row, RunRecord, StopReason
 from ._report import EvalReport, begin, budget_text, end
-from ._rollout import Rollouts
+from ._rollout import AttemptFn, Rollouts, attempt_here
 from ._tally import Tally
 from ._target import Parts, environment
+
+if TYPE_CHECKING:
+    from ..dask import DaskBridge
 
 __all__ = ["evaluate"]
 
@@ -85,8 +90,28 @@ def _default_output(name: str) -> Path:
     return candidate
 
 
+def _on_dask() -> ModuleType:
+    """The module that runs attempts on a Dask cluster, if the extra is installed.
+
+    Imported only when asked for: ``sluicegate.dask`` is a layer below this
+    one, and an optional extra.
+
+    Raises:
+        UsageError: without Dask distributed.
+    """
+    if importlib.util.find_spec("distributed") is None:
+        raise UsageError("--dask needs Dask distributed: pip install 'sluicegate[dask]'")
+    from . import _dask
+
+    return _dask
+
+
 def _setup(
-    env: object, resume: bool, output_dir: str | os.PathLike[str] | None, **settings: Any
+    env: object,
+    resume: bool,
+    output_dir: str | os.PathLike[str] | None,
+    dask: object,
+    **settings: Any,
 ) -> _Setup:
     """Resolve the environment and check every setting, before anything runs.
 
@@ -113,6 +138,13 @@ def _setup(
     config = configure(target=parts.target, output=str(output), **settings)
     kind = kind_of(parts.taskset)
     check(kind, config, resume)
+    if dask is not None:
+        if kind is Kind.DYNAMIC:
+            raise UsageError(
+                "--dask cannot run a SampleSource: enqueue(), on_complete() and next() "
+                "live in this process, and a rollout on a worker cannot reach them"
+            )
+        _on_dask().check(dask, parts)
     if not resume:
         check_new(output)
         return _Setup(parts, config, kind, None, None)
@@ -162,6 +194,23 @@ async def _serving(env: Parts) -> AsyncIterator[None]:
     else:
         async with env.serving():
             yield
+
+
+@asynccontextmanager
+async def _attempts(
+    dask: str | DaskBridge | None, env: Parts, config: EvalConfig
+) -> AsyncIterator[tuple[AttemptFn, float | None]]:
+    """Where attempts run, and the timeout this process keeps on each.
+
+    On a cluster the timeout is kept where the attempt runs (see
+    ``docs/eval.md``), so this process keeps none.
+    """
+    if dask is None:
+        yield attempt_here, config.timeout
+        return
+    on_dask = _on_dask().on_dask
+    async with on_dask(dask, env, config.concurrency, config.timeout) as attempt:
+        yield attempt, None
 
 
 def _slot_label(item: object) -> str | None:
@@ -286,6 +335,7 @@ async def evaluate(
     drain: Drain | None = None,
     signals: bool = False,
     trace: Recorder | Literal[True] | None = None,
+    dask: str | DaskBridge | None = None,
 ) -> EvalReport:
     """Evaluate ``env``: run its tasks' rollouts, record every one, and judge the run.
 
@@ -325,6 +375,11 @@ async def evaluate(
             worker thread, so that signals are heard while it reads.
         trace: A recorder handed to the runner as its ``trace=``: it hears of
             every slot pulled, started and finished. None records nothing.
+        dask: Run each attempt on a Dask cluster: ``"local"`` starts an
+            embedded ``LocalCluster`` for the evaluation, another string is
+            a scheduler address, and a bridge from
+            :func:`sluicegate.dask.open_dask` is used as it is. ``env`` must
+            then be a ``TARGET`` string, and not a ``SampleSource``.
 
     Returns:
         The :class:`~sluicegate.eval.EvalReport`; ``run.json`` says the same.
@@ -339,6 +394,7 @@ async def evaluate(
         env,
         resume,
         output_dir,
+        dask,
         num_tasks=num_tasks,
         rollouts=rollouts,
         concurrency=concurrency,
@@ -364,6 +420,8 @@ async def evaluate(
             cancel_scope=cancel,
             on_signal=lambda _, __: startup.cancel(),
         ),
+        # The cluster before the display: a refusal from it is shown alone.
+        _attempts(dask, setup.parts, config) as (attempt, timeout),
         _showing(shown, tally),
     ):
         source: Source | None = None
@@ -375,7 +433,7 @@ async def evaluate(
         error: str | None = None
         try:
             if source is not None:
-                rollout = Rollouts(setup.parts, tally, drain, config.retry(), config.timeout)
+                rollout = Rollouts(setup.parts, tally, drain, config.retry(), timeout, attempt)
                 traced = (
                     recording(log.directory, label=_slot_label)
                     if trace is True

@@ -26,7 +26,15 @@ from .._dynamic import SampleSource
 from .._taskset import Taskset
 from ._config import UsageError
 
-__all__ = ["Environment", "Parts", "as_parts", "canonical_target", "environment", "resolve_target"]
+__all__ = [
+    "Environment",
+    "Parts",
+    "as_parts",
+    "canonical_target",
+    "environment",
+    "file_of",
+    "resolve_target",
+]
 
 
 @runtime_checkable
@@ -172,13 +180,17 @@ def _is_file(where: str) -> bool:
     return where.endswith(".py") or os.sep in where or "/" in where
 
 
+def file_of(target: str) -> Path | None:
+    """The file a ``path/to/file.py:NAME`` target names; None for a module target."""
+    where, sep, _ = target.rpartition(":")
+    return Path(where) if sep and where and _is_file(where) else None
+
+
 def canonical_target(target: str) -> str:
     """``target`` with a file path made absolute, so a resume from another
     directory still names the same environment; a module target is unchanged."""
-    where, sep, attr = target.rpartition(":")
-    if not sep or not where or not _is_file(where):
-        return target
-    return f"{Path(where).resolve()}:{attr}"
+    path = file_of(target)
+    return target if path is None else f"{path.resolve()}:{target.rpartition(':')[2]}"
 
 
 def resolve_target(target: str) -> Parts:
