@@ -127,9 +127,9 @@ class RecordedError(Exception):
 
     def __init__(self, type_name: str, message: str, traceback: str) -> None:
         super().__init__(f"{type_name}: {message}" if message else type_name)
-        self.type_name = type_name
-        self.message = message
-        self.traceback = traceback
+        self.type_name: str = type_name
+        self.message: str = message
+        self.traceback: str = traceback
 
 
 def _utc(timestamp: float) -> datetime.datetime:
@@ -246,12 +246,14 @@ class Journal:
 
     __slots__ = ("path", "synchronous")
 
-    def __init__(self, path: str | os.PathLike[str], *, synchronous: Synchronous = "normal"):
+    def __init__(
+        self, path: str | os.PathLike[str], *, synchronous: Synchronous = "normal"
+    ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"a journal is a path, not {type(path).__name__}")
         if synchronous not in ("normal", "full"):
             raise ValueError(f'synchronous must be "normal" or "full", not {synchronous!r}')
-        self.path = Path(path)
+        self.path: Path = Path(path)
         self.synchronous: Synchronous = synchronous
 
     def __repr__(self) -> str:
@@ -415,7 +417,7 @@ class Batch:
     def __init__(self) -> None:
         self.oks: list[OkRow] = []
         self.errors: list[ErrorRow] = []
-        self.done = trio.Event()
+        self.done: trio.Event = trio.Event()
 
     def __len__(self) -> int:
         return len(self.oks) + len(self.errors)
