@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from sluicegate import Done, Drain, open_stream, run_stream
+from sluicegate._runner import run_each
 from sluicegate._util import cancel_status
 from sluicegate.testing import ProbeError, RunProbe, ScriptedFeed, ScriptedIter, Trace, check_trace
 
@@ -1177,3 +1178,55 @@ async def test_the_cheap_cancellation_check_reads_trios_own_status() -> None:
         assert status.effectively_cancelled is False
         scope.cancel()
         assert status.effectively_cancelled is True
+
+
+# -- run_each: the front serve() runs on ----------------------------------------------
+
+
+async def test_run_each_hands_every_value_to_its_callback_and_keeps_none(
+    autojump_clock: Any,
+) -> None:
+    trace = Trace()
+    feed = ScriptedFeed(range(8), end=True, trace=trace)
+    probe: RunProbe[int] = RunProbe(
+        durations=lambda item: 8 - item, value=lambda item: item * 10, trace=trace
+    )
+    seen: list[tuple[int, int, int]] = []
+    await run_each(feed, probe, window=3, each=lambda *got: seen.append(got))
+    assert sorted(seen) == [(index, index, index * 10) for index in range(8)]
+    # A place frees as its run returns, as in run_stream (invariants 1 and 2).
+    summary = check_trace(trace, window=3, frees_on="finish")
+    assert summary.peak == 3
+
+
+async def test_run_each_fails_fast_with_the_failure_as_itself() -> None:
+    feed = ScriptedFeed(range(10), end=True)
+    probe: RunProbe[int] = RunProbe(fail={2})
+    with pytest.raises(ProbeError) as caught:
+        await run_each(feed, probe, window=2)
+    assert "sluicegate: raised by the run of item 2" in caught.value.__notes__
+    assert feed.close_count == 1
+    assert 9 not in probe.started
+
+
+async def test_run_each_drains_without_a_consumer(autojump_clock: Any) -> None:
+    drain = Drain()
+    seen: list[int] = []
+
+    async def work(n: int) -> int:
+        if n == 3:
+            drain.request()
+        await trio.sleep(1)
+        return n
+
+    feed = ScriptedFeed(range(100))
+    await run_each(feed, work, window=2, drain=drain, each=lambda i, item, v: seen.append(v))
+    assert sorted(seen) == [0, 1, 2, 3]
+    assert feed.close_count == 1
+
+
+async def test_run_each_refuses_a_bad_window_before_the_source_is_touched() -> None:
+    feed = ScriptedFeed(range(3), end=True)
+    with pytest.raises(ValueError, match="window"):
+        await run_each(feed, RunProbe(), window=0)
+    assert feed.pulls == 0

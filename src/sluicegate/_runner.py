@@ -15,8 +15,9 @@ How it is laid out (docs/runner.md, "How it is built", says why):
 * :class:`_Turn` decides who pulls next: one task at a time, and for
   ``open_stream`` only while a window place is free. A drain cuts the pull
   in progress through it.
-* :class:`_Collect`, :class:`_Ordered` and :class:`_Unordered` are the three
-  ways a finished run's value is handed over: into ``run_stream``'s list, or
+* :class:`_Collect`, :class:`_Each`, :class:`_Ordered` and
+  :class:`_Unordered` are the ways a finished run's value is handed over:
+  into ``run_stream``'s list, to ``run_each``'s callback and no further, or
   to an ``open_stream`` consumer in pull order or in completion order.
 * :class:`_Dispatch` runs the workers: with a window, ``window`` long-lived
   tasks that each pull an item, run it and loop (no task per item); with
@@ -52,14 +53,23 @@ from ._util import (
     sole_exception,
 )
 
-__all__ = ["BindsRun", "Done", "Drain", "Pacer", "Recorder", "open_stream", "run_stream"]
+__all__ = [
+    "BindsRun",
+    "Done",
+    "Drain",
+    "Pacer",
+    "Recorder",
+    "open_stream",
+    "run_each",
+    "run_stream",
+]
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 Run = Callable[[T], Awaitable[R]]
 # The hand-over strategy a stream uses: _Collect, _Ordered or _Unordered.
-H = TypeVar("H", bound="_Collect[Any, Any] | _HandOver[Any, Any]")
+H = TypeVar("H", bound="_Collect[Any, Any] | _Each[Any, Any] | _HandOver[Any, Any]")
 
 
 @final
@@ -407,6 +417,28 @@ class _Collect(Generic[T, R]):
         pass
 
 
+class _Each(Generic[T, R]):
+    """run_each: each value goes to a callback as its run returns, and is not kept.
+
+    For a consumer that deals with every result inside the run (a service
+    journals it there): its place frees as the run returns, as in
+    ``run_stream``, and memory stays O(window) however long the stream runs.
+    """
+
+    limit = None  # the worker pool bounds the pulls by itself (invariant 2)
+
+    def __init__(self, state: _State, each: Callable[[int, T, R], None] | None) -> None:
+        self.state = state
+        self.keep: Callable[[int, T, R], None] = each if each is not None else _ignore
+
+    def ended(self) -> None:
+        pass
+
+
+def _ignore(index: int, item: object, value: object) -> None:
+    pass
+
+
 class _HandOver(Generic[T, R]):
     """open_stream: results wait for the consumer, each holding its place until taken.
 
@@ -512,7 +544,7 @@ class _Dispatch(Generic[T, R]):
         self,
         source: Source[T],
         run: Run[T, R],
-        handover: _Collect[T, R] | _HandOver[T, R],
+        handover: _Collect[T, R] | _Each[T, R] | _HandOver[T, R],
         *,
         drain: Drain | None,
         rate: Pacer | None,
@@ -973,6 +1005,32 @@ async def run_stream(
     ):
         pass
     return collect.results
+
+
+async def run_each(
+    source: AsyncIterable[T] | Iterable[T] | BindsRun,
+    run: Callable[[T], Awaitable[R]],
+    *,
+    window: int | None,
+    each: Callable[[int, T, R], None] | None = None,
+    drain: Drain | None = None,
+    rate: Pacer | None = None,
+    trace: Recorder | None = None,
+) -> None:
+    """:func:`run_stream` for a stream that never ends: no result is kept.
+
+    What ``serve()`` runs on. Each run's value goes to ``each(index, item,
+    value)``, called in the run's task as the run returns (it must be quick
+    and must not raise), and is then dropped; the run's place frees at once.
+    Everything else is :func:`run_stream`'s: the window, back-pressure,
+    fail-fast, close-out, drain and cancellation.
+
+    Raises:
+        Exception: as :func:`run_stream`.
+    """
+    each_: _Each[T, R] = _Each(_State(window), each)
+    async with _dispatching(source, run, each_, window=window, drain=drain, rate=rate, trace=trace):
+        pass
 
 
 def open_stream(

@@ -1,6 +1,6 @@
 """``serve()``: run a feed for as long as the process lives, on the one dispatcher.
 
-Each item goes through one wrapper run by :func:`~sluicegate.open_stream`:
+Each item goes through one wrapper run by the dispatcher (``run_each``):
 look its key up in the journal (skip it if it finished before), run it under
 the retry policy and timeout (:func:`~._retry.attempt`), record its outcome
 and wait for the commit, then tell ``on_outcome``. The wrapper holds the
@@ -25,7 +25,7 @@ import attrs
 import outcome
 import trio
 
-from .._runner import BindsRun, Drain, Pacer, Recorder, _check_arguments, open_stream
+from .._runner import BindsRun, Drain, Pacer, Recorder, _check_arguments, run_each
 from .._util import sole_exception
 from ._convert import encode_value
 from ._journal import Journal, JournalEntry, JournalSession, error_row, ok_row
@@ -591,23 +591,26 @@ class _Service(Generic[T]):
             raise failure
 
     async def stream(self) -> None:
-        extra: dict[str, Any] = {}
-        if self.rate is not None:
-            extra["rate"] = self.rate
-        if self.trace is not None:
-            extra["trace"] = self.trace
-        async with open_stream(
-            self.source, self.wrapper(), window=self.window, ordered=False, drain=self.drain,
-            **extra,
-        ) as results:  # fmt: skip
-            if not self.mark_errors:
-                async for _ in results:
-                    pass
-                return
+        each = None
+        if self.mark_errors:
             errored = self.trace.errored  # type: ignore[union-attr]
-            async for done in results:
-                if type(done.value) is _Failed:
-                    errored(done.index, done.value.error)
+
+            def each(index: int, item: object, value: object) -> None:
+                # The timeline shows as errors the failures serve() records.
+                if type(value) is _Failed:
+                    errored(index, value.error)
+
+        # Each item's outcome is dealt with inside its run (journal, counts,
+        # on_outcome), so no result is handed over: its place frees as it ends.
+        await run_each(
+            self.source,
+            self.wrapper(),
+            window=self.window,
+            each=each,
+            drain=self.drain,
+            rate=self.rate,
+            trace=self.trace,
+        )
 
     async def cut_after_grace(self, graced: trio.CancelScope) -> None:
         await self.drain.wait()
