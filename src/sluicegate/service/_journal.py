@@ -50,6 +50,7 @@ _SCHEMA_VERSION = 1
 # Two services on one journal take turns writing; a commit is a handful of
 # rows, so a writer that waits this long is facing something else.
 _BUSY_TIMEOUT_S = 30.0
+_BUSY_TIMEOUT_MS = int(_BUSY_TIMEOUT_S * 1000)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
@@ -354,12 +355,12 @@ class Journal:
         opened: list[sqlite3.Connection] = []
         try:
             try:
-                opened.append(_connect(path, self.synchronous, check_same_thread=True))
+                opened.append(_connect(path, self.synchronous))
             except sqlite3.DatabaseError as exc:
                 raise _refuse(path, f"cannot open it as a journal: {exc}") from None
             _initialize(opened[0], path)
             for _ in range(2):
-                opened.append(_connect(path, self.synchronous, check_same_thread=False))
+                opened.append(_connect(path, self.synchronous))
         except BaseException:
             for db in opened:
                 db.close()
@@ -370,9 +371,11 @@ class Journal:
         )
 
 
-def _connect(path: Path, synchronous: str, *, check_same_thread: bool) -> sqlite3.Connection:
+def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    # Each connection is used by one thread at a time, though not always
+    # the same one (connections are closed in a worker thread).
     db = sqlite3.connect(
-        path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=check_same_thread
+        path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
     )
     try:
         db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
@@ -409,6 +412,12 @@ def _initialize(db: sqlite3.Connection, path: Path) -> None:
         # WAL before the transaction (it cannot change inside one); readers
         # (the CLI) then never wait for the service's writes.
         db.execute("PRAGMA journal_mode = WAL")
+        identity = (
+            db.execute("PRAGMA application_id").fetchone()
+            + db.execute("PRAGMA user_version").fetchone()
+        )
+        if identity == (_APPLICATION_ID, _SCHEMA_VERSION):
+            return  # nothing to write, so no wait for another writer's lock
         db.execute("BEGIN IMMEDIATE")
         try:
             _check_identity(db, path, empty_ok=True)
@@ -448,6 +457,19 @@ def _file_size(path: str) -> int:
         return os.stat(path).st_size
     except FileNotFoundError:
         return 0
+
+
+def _wal_generation(path: str) -> bytes:
+    """Which restart of the WAL its file holds: the header's checkpoint sequence and salt.
+
+    The WAL header is part of SQLite's documented file format; both fields
+    change each time the WAL starts again from its beginning.
+    """
+    try:
+        with open(path, "rb") as wal:
+            return wal.read(20)[12:20]
+    except FileNotFoundError:
+        return b""
 
 
 def _busy(exc: sqlite3.Error) -> bool:
@@ -524,7 +546,9 @@ class JournalSession:
         self._tail_wanted = False
         self._tail_go = trio.Event()
         self._tail_done = trio.Event()
+        self._next_commit = trio.Event()
         self._hold_s = _HOLD_S
+        self._held_too_briefly = False
         self.checkpoints = 0
         # Lookups read a snapshot that the next commit renews.
         local.execute("BEGIN")
@@ -645,10 +669,12 @@ class JournalSession:
                     return False
                 raise
             finally:
-                db.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+                db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             self._write(db, batch)
             return True
         finally:
+            if db.in_transaction:  # a COMMIT that failed
+                db.execute("ROLLBACK")
             db.execute("BEGIN")
 
     def _commit_spare(self, batch: Batch) -> None:
@@ -683,6 +709,7 @@ class JournalSession:
                 f"{self.journal.path}: could not record {len(batch)} item(s): {exc}"
             ) from exc
         self._dirty = True
+        self._next_commit.set()
         if not self._checkpointing and _file_size(self._wal) > _WAL_BYTES:
             self._checkpointing = True
             self._wal_grew.set()
@@ -731,22 +758,26 @@ class JournalSession:
         A checkpoint is due when the WAL file passes ``_WAL_BYTES``, or when
         the service is idle after a commit. Passive checkpoints copy what
         the WAL holds while commits go on (with ``synchronous="normal"``
-        their fsyncs are the only ones), until what is left is small. The
+        their fsyncs are the only ones), until what is left is small or
+        stops shrinking. The
         WAL only starts again from its beginning (its file cut back to
         ``_WAL_BYTES``) once a checkpoint has copied all of it before the
         next commit, so a last, short checkpoint copies the rest while the
-        writer holds its commits, for at most ``_hold_s`` (doubled each time
-        it is not enough, so a slow disk still gets its WAL restarted).
+        writer holds its commits (see :meth:`_hold_for_tail`).
         """
         while True:
             await self._wal_grew.wait()
             self._wal_grew = trio.Event()
             self._dirty = False
             try:
+                # Passes while they gain on the commits: each copies what
+                # came in during the last one.
+                left = _NEVER
                 for _ in range(_CATCH_UP_PASSES):
                     _, _, done = await trio.to_thread.run_sync(self._checkpoint)
                     self.checkpoints += 1
-                    if self._wal_frames() - done <= _TAIL_FRAMES:
+                    left, previous = self._wal_frames() - done, left
+                    if left <= _TAIL_FRAMES or 2 * left > previous:
                         break
                 if _file_size(self._wal) <= _WAL_BYTES:
                     continue  # an idle service's small WAL: no need to restart it
@@ -755,15 +786,20 @@ class JournalSession:
                 self._tail_wanted = True
                 self._wake()
                 await self._tail_go.wait()
+                generation = _wal_generation(self._wal)
                 try:
-                    _, log, done = await trio.to_thread.run_sync(self._checkpoint)
+                    await trio.to_thread.run_sync(self._checkpoint)
                 finally:
+                    self._next_commit = trio.Event()
                     self._tail_done.set()
                 self.checkpoints += 1
-                if log != done:
-                    # Not all copied (a reader, or another service's
-                    # commit): try again a little later.
-                    await trio.sleep(_FRESH_S)
+                # The next commit restarts the WAL, unless the hold ran out
+                # (the next try comes at once, with a longer hold) or a
+                # reader of another connection still needed the WAL (the
+                # next try waits a little).
+                await self._next_commit.wait()
+                if _wal_generation(self._wal) == generation and not self._held_too_briefly:
+                    await trio.sleep(_TAIL_GAP_S)
             finally:
                 self._checkpointing = False
 
@@ -772,15 +808,29 @@ class JournalSession:
         return max(0, _file_size(self._wal) - _WAL_HEADER) // (self._page_size + _FRAME_HEADER)
 
     async def _hold_for_tail(self) -> None:
-        """Commit nothing while the tail checkpoint runs, for a bounded time."""
+        """Commit nothing while the tail checkpoint runs, for a bounded time.
+
+        The bound is twice what the last tail took (at least ``_HOLD_S``);
+        when it runs out, commits go on (the WAL does not restart this time)
+        and the next bound is twice as long, up to ``_HOLD_MAX_S``: a slow
+        disk stalls the workers for about one tail checkpoint at most.
+        """
         self._tail_wanted = False
         self._tail_go.set()
+        start = trio.current_time()
         with trio.move_on_after(self._hold_s):
             await self._tail_done.wait()
-        if self._tail_done.is_set():
-            self._hold_s = max(_HOLD_S, self._hold_s / 2)
+        self._held_too_briefly = not self._tail_done.is_set()
+        if self._held_too_briefly:
+            self._hold_s = min(_HOLD_MAX_S, self._hold_s * 2)
         else:
-            self._hold_s *= 2
+            took = trio.current_time() - start
+            self._hold_s = min(_HOLD_MAX_S, max(_HOLD_S, 2 * took))
+
+    async def aclose(self) -> None:
+        """:meth:`close` in a worker thread: closing the last connection checkpoints."""
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self.close)
 
     def close(self) -> None:
         """Close the connections (after the writer task has ended)."""
@@ -797,7 +847,9 @@ _GROUP_S = 0.02  # how long rows nobody waits for may stay uncommitted
 _WAL_BYTES = 4 << 20  # WAL size that makes a checkpoint (and a WAL restart) due
 _CATCH_UP_PASSES = 4  # passive checkpoints before the tail, at most
 _TAIL_FRAMES = 256  # WAL frames left that a tail checkpoint copies while commits wait
-_HOLD_S = 0.02  # how long commits first wait for a tail checkpoint
+_HOLD_S = 0.02  # how long commits wait for a tail checkpoint, at least
+_HOLD_MAX_S = 1.0  # and at most
+_TAIL_GAP_S = 0.1  # the least time between two tail checkpoints
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
 _FRESH_S = 0.25  # how old an idle service's lookup snapshot may get

@@ -289,12 +289,16 @@ async def serve(
     # Rows wait for their commit only when someone hears about the item
     # (on_outcome); otherwise up to a backlog of them may, which keeps
     # memory bounded by the window and a constant.
-    session = journal.open(on_commit=service.committed, backlog=max(_BACKLOG, window))
+    # In a worker thread: creating a journal waits for the write lock
+    # should another service hold it.
+    session = await trio.to_thread.run_sync(
+        partial(journal.open, on_commit=service.committed, backlog=max(_BACKLOG, window))
+    )
     service.session = session
     try:
         return await service.serve()
     finally:
-        session.close()
+        await session.aclose()
 
 
 class _Service(Generic[T]):
