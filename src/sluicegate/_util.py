@@ -5,9 +5,12 @@ Invariant numbers in comments refer to docs/runner.md.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
+import os
 import sys
+import tempfile
 import types
 import typing
 from collections.abc import AsyncIterable, AsyncIterator
@@ -28,6 +31,7 @@ __all__ = [
     "fixup_module_metadata",
     "logger",
     "pace",
+    "write_atomically",
     "sole_exception",
 ]
 
@@ -301,3 +305,41 @@ def _resolve_annotations(cls: type, defining: types.ModuleType | None) -> None:
     cls.__annotations__ = {name: hints.get(name, value) for name, value in own.items()}
     if attrs.has(cls):
         attrs.resolve_types(cls, globalns=vars(defining), include_extras=True)
+
+
+def write_atomically(
+    path: os.PathLike[str] | str, text: str, *, mode: int = 0o644, durable: bool = False
+) -> None:
+    """Replace ``path`` with ``text``: a reader sees the old file or the new one, never half.
+
+    The text goes to a file of its own in the same directory (so several
+    processes may write the same path at once), which is then renamed over
+    ``path``.
+
+    Args:
+        path: The file to write.
+        text: Its whole new content.
+        mode: The permissions the file gets.
+        durable: Flush the file to disk before the rename, so that the new
+            content also survives a power loss, not only a killed process.
+
+    Raises:
+        OSError: the file cannot be written; ``path`` is then unchanged.
+    """
+    path = os.fspath(path)
+    directory, name = os.path.split(path)
+    descriptor, partial = tempfile.mkstemp(
+        prefix=f".{name}.", suffix=".partial", dir=directory or "."
+    )
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text)
+            if durable:
+                file.flush()
+                os.fsync(file.fileno())
+        os.chmod(partial, mode)
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+        raise
