@@ -13,7 +13,8 @@ import sys
 import tempfile
 import types
 import typing
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Generic, Protocol, TypeVar
 
 import attrs
@@ -29,6 +30,7 @@ __all__ = [
     "close_after",
     "close_source",
     "fixup_module_metadata",
+    "in_background",
     "logger",
     "pace",
     "write_atomically",
@@ -187,6 +189,44 @@ def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
     for other in others:
         chosen.add_note(f"sluicegate: also raised meanwhile: {other!r}")
     return chosen
+
+
+@asynccontextmanager
+async def in_background(
+    fn: Callable[..., Awaitable[object]], *args: object, shield: bool = False
+) -> AsyncIterator[None]:
+    """Run ``fn(*args)`` in a task of its own while the block runs; cancel it after.
+
+    The block's exception comes out as itself, not wrapped in the nursery's
+    exception group (see :func:`sole_exception`); so does one from ``fn``.
+
+    Args:
+        fn: The async function to run beside the block.
+        args: Its arguments.
+        shield: Keep ``fn`` running when a scope around the block is
+            cancelled, until the block has ended.
+    """
+    scope = trio.CancelScope(shield=shield)
+
+    async def run() -> None:
+        with scope:
+            await fn(*args)
+
+    error: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            try:
+                yield
+            finally:
+                scope.cancel()
+    except BaseExceptionGroup as group:
+        error = sole_exception(group)
+    if error is not None:
+        try:
+            raise error
+        finally:
+            del error
 
 
 class ChannelSource(Generic[T]):

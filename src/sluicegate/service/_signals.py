@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from .._runner import Drain
-from .._util import sole_exception
+from .._util import in_background
 
 __all__ = ["DEFAULT_SIGNALS", "drain_on_signals"]
 
@@ -25,21 +25,6 @@ DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
 logger = logging.getLogger("sluicegate")
 
 SignalCallback = Callable[[signal.Signals, int], None]
-
-
-async def _watch(
-    received: AsyncIterator[int],
-    drain: Drain,
-    cancel_scope: trio.CancelScope | None,
-    on_signal: SignalCallback | None,
-    *,
-    task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    # Shielded: the second signal usually cancels a scope around this very
-    # task, and signals must still be heard while that cancellation unwinds.
-    with trio.CancelScope(shield=True) as scope:
-        task_status.started(scope)
-        await _handle(received, drain, cancel_scope, on_signal)
 
 
 async def _handle(
@@ -107,21 +92,8 @@ async def drain_on_signals(
             "drain_on_signals() can only take signals in the main thread; "
             "pass signals=() and request the drain yourself"
         )
-    error: BaseException | None = None
     with trio.open_signal_receiver(*wanted) as received:
-        try:
-            async with trio.open_nursery() as nursery:
-                watcher = await nursery.start(_watch, received, drain, cancel_scope, on_signal)
-                try:
-                    yield
-                finally:
-                    watcher.cancel()
-        except BaseExceptionGroup as group:
-            # The watcher only fails if on_signal does; the body's exception
-            # (a Cancelled included) goes on as itself, not inside a group.
-            error = sole_exception(group)
-    if error is not None:
-        try:
-            raise error
-        finally:
-            del error
+        # Shielded: the second signal usually cancels a scope around this very
+        # block, and signals must still be heard while that cancellation unwinds.
+        async with in_background(_handle, received, drain, cancel_scope, on_signal, shield=True):
+            yield
