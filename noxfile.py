@@ -61,8 +61,19 @@ def docs(session: nox.Session) -> None:
     )
 
 
+BENCHES = ("run", "service", "trace", "dask")
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The runner against its peers, printed as ratios (not a gate)."""
-    session.install("-e", ".[bench]")
-    session.run("python", "bench/run.py", *session.posargs)
+    """Every benchmark against its peers, printed as ratios (not a gate).
+
+    ``nox -s bench`` runs them all; ``nox -s bench -- service --quick`` one,
+    with its own arguments.
+    """
+    session.install("-e", ".[bench,dask]")
+    names, args = list(BENCHES), list(session.posargs)
+    if args and args[0] in BENCHES:
+        names, args = [args[0]], args[1:]
+    for name in names:
+        session.run("python", f"bench/{name}.py", *args)

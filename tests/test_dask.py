@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from distributed import Client, Future, LocalCluster
 from distributed.core import Status
 
@@ -455,3 +456,19 @@ def test_a_gate_pickles_as_its_name() -> None:
         assert pickle.loads(pickle.dumps(gate)) is gate
     finally:
         del _GATES[gate.__name__]
+
+
+async def test_cancelling_a_connection_to_a_silent_scheduler_returns_at_once() -> None:
+    # Port 1 accepts nothing: Dask would wait for its whole connect timeout (30 s).
+    async with trio.open_nursery() as nursery:
+        scope = trio.CancelScope()
+
+        async def connect() -> None:
+            with scope:
+                async with open_dask("tcp://127.0.0.1:1"):
+                    raise AssertionError("connected to nothing")  # pragma: no cover
+
+        nursery.start_soon(connect)
+        await trio.testing.wait_all_tasks_blocked()  # connecting, in its thread
+        scope.cancel()
+    assert scope.cancelled_caught

@@ -491,3 +491,22 @@ async def test_a_trace_recorder_sees_every_slot(tmp_path: Path, autojump_clock: 
 
 def test_usage_error_is_a_value_error() -> None:
     assert issubclass(UsageError, ValueError)
+
+
+async def test_a_runs_own_trio_deadline_is_an_error_row_of_its_own(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    async def run(task: Task) -> int:
+        if task.input == 2:
+            with trio.fail_after(0.01):  # the environment's deadline on its own call
+                await trio.sleep(1)
+        return int(task.input)
+
+    for timeout in (None, 60.0):
+        out = tmp_path / f"timeout-{timeout}"
+        report = await evaluate(
+            Env(static(3), run=run), fail_on_error=10, timeout=timeout, output_dir=out
+        )
+        assert (report.ok, report.errors) == (2, 1)
+        (error,) = [row["error"] for row in rows(out) if row["status"] == "error"]
+        assert error["type"] == "TooSlowError"

@@ -17,7 +17,7 @@ import sys
 import textwrap
 import types
 import typing
-from collections.abc import Set
+from collections.abc import Callable, Set
 from typing import Any
 
 import attrs
@@ -37,24 +37,26 @@ def public_packages() -> list[str]:
 
 PACKAGES = public_packages()
 
-# Gaps in other parts of the package, each to be closed where it lives. The
-# marks are strict: once a gap is closed its test passes, xfail_strict turns
-# that into a failure, and the entry must go.
+# Gaps in other parts of the package, each to be closed where it lives (none
+# today). The marks are strict: once a gap is closed its test passes,
+# xfail_strict turns that into a failure, and the entry must go.
 NO_FIXUP_YET: set[str] = set()  # packages with no fixup_module_metadata call in __init__
-NOT_FINAL_YET = {
-    "sluicegate.Task",
-}
+NOT_FINAL_YET: set[str] = set()
 
 
 def exported(package: str) -> list[str]:
     return list(getattr(importlib.import_module(package), "__all__", []))
 
 
-def public_objects(gaps: Set[str] = frozenset(), reason: str = "") -> list[Any]:
-    """(package, name) for each public name; ``gaps`` (packages or names) are xfail."""
+def public_objects(
+    gaps: Set[str] = frozenset(), reason: str = "", *, kind: Callable[[object], bool]
+) -> list[Any]:
+    """(package, name) for each public name of ``kind``; ``gaps`` (packages or names) are xfail."""
     params = []
     for package in PACKAGES:
         for name in exported(package):
+            if not kind(getattr(importlib.import_module(package), name)):
+                continue
             where = f"{package}.{name}"
             marks = [pytest.mark.xfail(reason=reason)] if {package, where} & gaps else []
             params.append(pytest.param(package, name, id=where, marks=marks))
@@ -83,11 +85,23 @@ def test_public_names_are_what_all_says(package: str) -> None:
     assert public == set(names)
 
 
-@pytest.mark.parametrize(("package", "name"), public_objects(NO_FIXUP_YET, "no fix-up yet"))
+def is_class_or_function(obj: object) -> bool:
+    return isinstance(obj, type | types.FunctionType)
+
+
+def is_value_class(obj: object) -> bool:
+    return isinstance(obj, type) and attrs.has(obj) and not issubclass(obj, BaseException)
+
+
+def is_class(obj: object) -> bool:
+    return isinstance(obj, type)
+
+
+@pytest.mark.parametrize(
+    ("package", "name"), public_objects(NO_FIXUP_YET, "no fix-up yet", kind=is_class_or_function)
+)
 def test_each_name_reports_its_public_home(package: str, name: str) -> None:
     obj = getattr(importlib.import_module(package), name)
-    if not isinstance(obj, type | types.FunctionType):
-        pytest.skip("not a class or a function")
     home = obj.__module__
     # Its own package, or a public package that exports it too (the root
     # re-exports some names of its subpackages).
@@ -103,22 +117,23 @@ def test_each_name_reports_its_public_home(package: str, name: str) -> None:
                 assert member.__module__ == home, f"{name}.{attr_name}"
 
 
-@pytest.mark.parametrize(("package", "name"), public_objects(NOT_FINAL_YET, "not final yet"))
+@pytest.mark.parametrize(
+    ("package", "name"), public_objects(NOT_FINAL_YET, "not final yet", kind=is_value_class)
+)
 def test_value_classes_are_final(package: str, name: str) -> None:
     obj = getattr(importlib.import_module(package), name)
-    if not (isinstance(obj, type) and attrs.has(obj)) or issubclass(obj, BaseException):
-        pytest.skip("not an attrs value class")
     assert getattr(obj, "__final__", False), f"{package}.{name} is not @typing.final"
 
 
-@pytest.mark.parametrize(("package", "name"), public_objects(NO_FIXUP_YET, "no fix-up yet"))
+@pytest.mark.parametrize(
+    ("package", "name"), public_objects(NO_FIXUP_YET, "no fix-up yet", kind=is_class)
+)
 def test_classes_resolve_their_annotations(package: str, name: str) -> None:
     # typing.get_type_hints, and so cattrs, looks string annotations up in the
     # module that __module__ names, which is now the package: the fix-up
     # resolves them against the defining module first.
     obj = getattr(importlib.import_module(package), name)
-    if not isinstance(obj, type):
-        pytest.skip("not a class")
+    assert isinstance(obj, type)
     typing.get_type_hints(obj)
     if attrs.has(obj):
         assert [field.name for field in attrs.fields(obj) if isinstance(field.type, str)] == []

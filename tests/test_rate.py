@@ -10,7 +10,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicegate import RateLimit
+from sluicegate import RateLimit, run_stream
 
 
 @pytest.mark.parametrize(
@@ -212,3 +212,27 @@ def test_no_window_holds_more_than_burst_plus_rate_times_its_length(
             assert count <= burst + per_second * (started[j] - first) + 1e-6, (
                 f"{count} starts in [{first}, {started[j]}]"
             )
+
+
+def test_a_limit_made_at_module_level_starts_afresh_in_each_run() -> None:
+    limit = RateLimit(10, burst=5)
+    clock_starts: list[float] = []
+
+    async def start(n: int) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def main() -> None:
+        clock_starts.append(trio.current_time())
+        with trio.fail_after(5):  # MockClock below: no real time passes
+            await run_stream(range(20), start, window=4, rate=limit)
+        clock_starts.append(trio.current_time())
+
+    for _ in range(3):
+        # Each run's clock starts at another offset, as real trio clocks do.
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        clock.jump(1_000_000.0 * len(clock_starts))
+        trio.run(main, clock=clock)
+    # 20 starts at 10/s with a burst of 5, then the end-of-stream pull's token
+    # (given back once it finds the end): 1.6 s in every run, not a stall.
+    spans = [end - start for start, end in zip(clock_starts[::2], clock_starts[1::2], strict=True)]
+    assert spans == [pytest.approx(1.6)] * 3

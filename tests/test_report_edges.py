@@ -6,6 +6,7 @@ drains and failures, odd rows, and files that are not what they claim.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -16,6 +17,8 @@ import pytest
 import trio
 import trio.testing
 
+import sluicegate._trace
+import sluicegate._util
 from observe_runs import png_size, write_eval_run
 from sluicegate import Timeline
 from sluicegate._trace import TRACE, TRACE_LOG, recording
@@ -209,15 +212,25 @@ def test_a_log_on_a_full_disk_stops_logging_and_recording_goes_on(
     assert "cannot write the event log /dev/full; stopped logging" in caplog.text
 
 
-def unwritable(path: Path) -> None:
-    """Make writing ``path`` fail in this process (even as root)."""
-    (path.parent / f"{path.name}.{os.getpid()}.partial").mkdir()
+def unwritable(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make writing ``path`` fail as a full disk or a read-only directory would (even as root)."""
+    real = sluicegate._util.write_atomically
+
+    def refuse(target: os.PathLike[str] | str, text: str, **options: Any) -> None:
+        if Path(target) == path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        real(target, text, **options)
+
+    monkeypatch.setattr(sluicegate._trace, "write_atomically", refuse)
 
 
 async def test_recording_logs_a_trace_it_cannot_write(
-    autojump_clock: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    autojump_clock: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    unwritable(tmp_path / TRACE)
+    unwritable(tmp_path / TRACE, monkeypatch)
     with caplog.at_level(logging.ERROR, logger="sluicegate"), recording(tmp_path) as timeline:
         timeline.pulled(0, 0)
         timeline.started(0)
@@ -228,11 +241,11 @@ async def test_recording_logs_a_trace_it_cannot_write(
 
 
 def test_trace_command_says_when_it_cannot_rebuild_the_trace(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_eval_run(tmp_path, 3)
     (tmp_path / TRACE).unlink()
-    unwritable(tmp_path / TRACE)
+    unwritable(tmp_path / TRACE, monkeypatch)
     assert main(["trace", str(tmp_path)]) == 0
     captured = capsys.readouterr()
     assert "3 items" in captured.out

@@ -165,4 +165,25 @@ async def test_cancellation_and_base_exceptions_pass_through() -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        await attempt(interrupted, retry=Retry(on=(BaseException,), base_delay=0))
+        await attempt(interrupted, retry=Retry(base_delay=0))
+
+
+def test_a_policy_naming_what_is_never_retried_is_refused() -> None:
+    with pytest.raises(TypeError, match="KeyboardInterrupt is never retried"):
+        Retry(on=(ConnectionError, KeyboardInterrupt))  # type: ignore[arg-type]
+
+
+async def test_the_runs_own_deadline_is_an_ordinary_failure(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def own_deadline() -> None:
+        with trio.fail_after(1):
+            await trio.sleep(10)
+
+    # Without a limit of ours, and within one: either way the run's own
+    # TooSlowError is its failure, not our timeout.
+    for limit in (None, 5.0):
+        tried = await attempt(own_deadline, retry=Retry(attempts=2, base_delay=0), limit=limit)
+        assert tried.attempts == 2
+        assert type(tried.result.error) is trio.TooSlowError  # type: ignore[union-attr]
+        assert all(type(exc) is trio.TooSlowError for exc in tried.earlier)

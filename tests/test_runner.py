@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
 from sluicegate import Done, Drain, open_stream, run_stream
@@ -1230,3 +1231,62 @@ async def test_run_each_refuses_a_bad_window_before_the_source_is_touched() -> N
     with pytest.raises(ValueError, match="window"):
         await run_each(feed, RunProbe(), window=0)
     assert feed.pulls == 0
+
+
+@pytest.mark.parametrize("drain", [trio.Event(), Drain, "drain"])
+async def test_a_drain_that_is_not_a_drain_is_refused_before_the_source_is_touched(
+    drain: object,
+) -> None:
+    feed = ScriptedFeed(range(3), end=True)
+    with pytest.raises(TypeError, match=r"drain must be a sluicegate\.Drain"):
+        await run_stream(feed, RunProbe(), window=2, drain=drain)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"drain must be a sluicegate\.Drain"):
+        open_stream(feed, RunProbe(), window=2, drain=drain)  # type: ignore[arg-type]
+    assert feed.pulls == 0
+    # The caller's task carries on with trio's state intact.
+    await trio.lowlevel.checkpoint()
+
+
+@pytest.mark.parametrize("keyword", ["rate", "trace"])
+async def test_a_class_passed_where_an_instance_belongs_is_refused(keyword: str) -> None:
+    from sluicegate import RateLimit, Timeline
+
+    given: dict[str, Any] = {keyword: {"rate": RateLimit, "trace": Timeline}[keyword]}
+    with pytest.raises(TypeError, match=keyword):
+        await run_stream(range(3), RunProbe(), window=2, **given)
+
+
+async def test_a_close_failure_during_a_drain_lets_the_runs_finish_then_is_raised(
+    autojump_clock: Any,
+) -> None:
+    class Dropped:
+        """A feed whose connection is already gone when it is closed."""
+
+        def __init__(self) -> None:
+            self.count = 0
+
+        def __aiter__(self) -> Dropped:
+            return self
+
+        async def __anext__(self) -> int:
+            await trio.lowlevel.checkpoint()
+            self.count += 1
+            return self.count
+
+        async def aclose(self) -> None:
+            raise OSError("connection already gone")
+
+    drain = Drain()
+    finished: list[int] = []
+
+    async def run(n: int) -> int:
+        if n == 3:
+            drain.request("deploy")
+        await trio.sleep(1)
+        finished.append(n)
+        return n
+
+    with pytest.raises(OSError, match="connection already gone") as caught:
+        await run_stream(Dropped(), run, window=3, drain=drain)
+    assert sorted(finished) == [1, 2, 3]  # invariant 6: the runs in flight finished
+    assert "sluicegate: raised while closing the source for a drain" in caught.value.__notes__

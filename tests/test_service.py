@@ -471,7 +471,9 @@ async def test_a_second_signal_interrupts_and_nothing_cut_is_journaled(tmp_path:
     assert Journal(path).counts() == {"ok": 1, "error": 0}
 
 
-async def test_after_a_callers_drain_the_second_signal_interrupts(tmp_path: Path) -> None:
+async def test_after_a_callers_drain_a_signal_interrupts(tmp_path: Path) -> None:
+    # Issue 11: "a second signal cancels at once, also when the first drain
+    # came from the caller's Drain".
     drain = Drain()
     running = trio.Event()
 
@@ -486,8 +488,6 @@ async def test_after_a_callers_drain_the_second_signal_interrupts(tmp_path: Path
         nonlocal still_draining
         await running.wait()
         drain.request("maintenance")
-        await trio.testing.wait_all_tasks_blocked()
-        signal.raise_signal(signal.SIGTERM)
         await trio.testing.wait_all_tasks_blocked()
         still_draining = not done
         signal.raise_signal(signal.SIGTERM)

@@ -217,7 +217,12 @@ Source = AsyncIterable[T] | Iterable[T] | BindsRun
 
 
 def _check_arguments(
-    source: object, run: object, window: object, rate: object, trace: object
+    source: object,
+    run: object,
+    window: object,
+    rate: object,
+    trace: object,
+    drain: object = None,
 ) -> None:
     # invariant 1: a bad window is refused before the source is touched.
     # bool is an int subclass, but window=True is always a mistake.
@@ -231,9 +236,12 @@ def _check_arguments(
         raise TypeError(
             f"source must be an iterable or async iterable, not {type(source).__name__}"
         )
-    if rate is not None and not isinstance(rate, Pacer):
+    if drain is not None and not isinstance(drain, Drain):
+        raise TypeError(f"drain must be a sluicegate.Drain or None, not {drain!r}")
+    # A class has the methods too, unbound: RateLimit for RateLimit(5) is a slip.
+    if rate is not None and (isinstance(rate, type) or not isinstance(rate, Pacer)):
         raise TypeError(f"rate must have async acquire() and refund() (a RateLimit), not {rate!r}")
-    if trace is not None and not isinstance(trace, Recorder):
+    if trace is not None and (isinstance(trace, type) or not isinstance(trace, Recorder)):
         raise TypeError(
             f"trace must have pulled(), started(), finished() and marked() (a Timeline), "
             f"not {trace!r}"
@@ -275,6 +283,9 @@ class _State:
     workers: int = 0
     # Whether the source has been closed: it is closed exactly once. (invariant 5)
     closed: bool = False
+    # What closing the source raised, raised (or noted) at close-out, after
+    # the runs: a drain's close failing must not cut them. (invariants 5, 6)
+    close_error: BaseException | None = None
 
 
 class _Waiters:
@@ -621,11 +632,15 @@ class _Dispatch(Generic[T, R]):
         self.turn.cut_pull()
         await self.turn.wait_alone()
         try:
-            error = await self._close()
+            await self._close()
         finally:
             self.turn.leave()
-        if error is not None:
-            self._fail(error, "while closing the source for a drain")
+        # A failure to close is no failure of the work: the runs in flight
+        # still finish (invariant 6), and close-out raises it afterwards.
+        if self.state.close_error is not None:
+            self.state.close_error.add_note(
+                "sluicegate: raised while closing the source for a drain"
+            )
 
     def _fail(self, exc: BaseException, where: str) -> None:
         """Record a failure of a run or of the source. (invariant 4)"""
@@ -821,20 +836,19 @@ class _Dispatch(Generic[T, R]):
         if self._drain is not None:
             self._drain._unsubscribe(self._on_drain)
 
-    async def _close(self) -> BaseException | None:
-        """Close the source, once; returns what closing raised. (invariant 5)"""
+    async def _close(self) -> None:
+        """Close the source, once; keep what closing raised for close-out. (invariant 5)"""
         state = self.state
         if state.closed:
-            return None
+            return
         state.closed = True
         try:
             await close_source(self._aiter if self._aiter is not None else self._iter)
         except Exception as exc:
-            return exc
+            state.close_error = exc
         finally:
             if self._trace is not None:
                 self._trace.marked("close")
-        return None
 
     async def close_out(self, primary: BaseException | None) -> BaseException | None:
         """Close the source and decide what the stream raises; None for nothing.
@@ -854,7 +868,8 @@ class _Dispatch(Generic[T, R]):
         """
         if primary is not None:
             self.state.cut_short = True
-        close_error = await self._close()  # invariant 5
+        await self._close()  # invariant 5
+        close_error = self.state.close_error
         failure = self.state.failure
         raised = primary
         if failure is not None and (primary is None or isinstance(primary, trio.Cancelled)):
@@ -901,7 +916,13 @@ class _Dispatching(Generic[H]):
         # The source is first touched here (bound, or asked for its iterator).
         self._dispatch = dispatch = self._setup(self._handover)
         self._nursery = await self._nursery_manager.__aenter__()
-        dispatch.start(self._nursery)
+        try:
+            dispatch.start(self._nursery)
+        except BaseException:
+            # Leave the nursery we entered, or trio's own state is corrupted.
+            self._nursery.cancel_scope.cancel()
+            await self._nursery_manager.__aexit__(None, None, None)
+            raise
         return self._handover
 
     async def __aexit__(
@@ -946,7 +967,7 @@ def _dispatching(
     trace: Recorder | None,
 ) -> _Dispatching[H]:
     """Check the arguments now, before the source is touched; start the stream on entry."""
-    _check_arguments(source, run, window, rate, trace)
+    _check_arguments(source, run, window, rate, trace, drain)
 
     def setup(handover: H) -> _Dispatch[T, R]:
         return _Dispatch(source, run, handover, drain=drain, rate=rate, trace=trace)

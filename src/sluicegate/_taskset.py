@@ -27,7 +27,7 @@ from collections.abc import (
     Mapping,
     Sized,
 )
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast, final
 
 import attrs
 import trio
@@ -44,6 +44,7 @@ T_co = TypeVar("T_co", covariant=True)
 _END: Any = object()
 
 
+@final
 @attrs.frozen
 class Task:
     """One unit of work in a taskset.

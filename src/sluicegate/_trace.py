@@ -33,6 +33,8 @@ import cattrs
 import trio
 from cattrs.gen import make_dict_unstructure_fn, override
 
+from ._util import write_atomically
+
 __all__ = [
     "TRACE",
     "TRACE_LOG",
@@ -42,7 +44,6 @@ __all__ = [
     "Timeline",
     "recording",
     "trace_files",
-    "write_atomically",
     "write_chrome_trace",
 ]
 
@@ -665,23 +666,8 @@ def write_chrome_trace(path: str | os.PathLike[str], timelines: Sequence[Timelin
     trace = _chrome_events(timelines)
     # dumps() then one write: json.dump() to a file encodes in small pieces,
     # several times slower.
-    write_atomically(Path(path), json.dumps(_converter.unstructure(trace), separators=(",", ":")))
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` and a newline to ``path``: a reader sees the old file or the new one.
-
-    Raises:
-        OSError: if the file cannot be written.
-    """
-    # A name of this process's own: `sluicegate trace` may rebuild a trace
-    # while the run itself writes it.
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    try:
-        partial.write_text(text + "\n", encoding="utf-8")
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    text = json.dumps(_converter.unstructure(trace), separators=(",", ":"))
+    write_atomically(path, text + "\n")
 
 
 # -- reading a trace back ---------------------------------------------------------------

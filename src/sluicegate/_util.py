@@ -5,12 +5,16 @@ Invariant numbers in comments refer to docs/runner.md.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
+import os
 import sys
+import tempfile
 import types
 import typing
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Generic, Protocol, TypeVar
 
 import attrs
@@ -26,8 +30,10 @@ __all__ = [
     "close_after",
     "close_source",
     "fixup_module_metadata",
+    "in_background",
     "logger",
     "pace",
+    "write_atomically",
     "sole_exception",
 ]
 
@@ -185,6 +191,44 @@ def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return chosen
 
 
+@asynccontextmanager
+async def in_background(
+    fn: Callable[..., Awaitable[object]], *args: object, shield: bool = False
+) -> AsyncIterator[None]:
+    """Run ``fn(*args)`` in a task of its own while the block runs; cancel it after.
+
+    The block's exception comes out as itself, not wrapped in the nursery's
+    exception group (see :func:`sole_exception`); so does one from ``fn``.
+
+    Args:
+        fn: The async function to run beside the block.
+        args: Its arguments.
+        shield: Keep ``fn`` running when a scope around the block is
+            cancelled, until the block has ended.
+    """
+    scope = trio.CancelScope(shield=shield)
+
+    async def run() -> None:
+        with scope:
+            await fn(*args)
+
+    error: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            try:
+                yield
+            finally:
+                scope.cancel()
+    except BaseExceptionGroup as group:
+        error = sole_exception(group)
+    if error is not None:
+        try:
+            raise error
+        finally:
+            del error
+
+
 class ChannelSource(Generic[T]):
     """An async iterator over a trio memory receive channel, without a schedule point per item.
 
@@ -301,3 +345,41 @@ def _resolve_annotations(cls: type, defining: types.ModuleType | None) -> None:
     cls.__annotations__ = {name: hints.get(name, value) for name, value in own.items()}
     if attrs.has(cls):
         attrs.resolve_types(cls, globalns=vars(defining), include_extras=True)
+
+
+def write_atomically(
+    path: os.PathLike[str] | str, text: str, *, mode: int = 0o644, durable: bool = False
+) -> None:
+    """Replace ``path`` with ``text``: a reader sees the old file or the new one, never half.
+
+    The text goes to a file of its own in the same directory (so several
+    processes may write the same path at once), which is then renamed over
+    ``path``.
+
+    Args:
+        path: The file to write.
+        text: Its whole new content.
+        mode: The permissions the file gets.
+        durable: Flush the file to disk before the rename, so that the new
+            content also survives a power loss, not only a killed process.
+
+    Raises:
+        OSError: the file cannot be written; ``path`` is then unchanged.
+    """
+    path = os.fspath(path)
+    directory, name = os.path.split(path)
+    descriptor, partial = tempfile.mkstemp(
+        prefix=f".{name}.", suffix=".partial", dir=directory or "."
+    )
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text)
+            if durable:
+                file.flush()
+                os.fsync(file.fileno())
+        os.chmod(partial, mode)
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+        raise

@@ -8,10 +8,7 @@ invalid file is refused with messages that name the offending field.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +16,8 @@ from typing import Any, TypeVar
 import attrs
 import cattrs
 from cattrs.v import format_exception, transform_error
+
+from .._util import write_atomically
 
 __all__ = [
     "CampaignFileError",
@@ -180,16 +179,4 @@ def write_json_atomic(path: Path, value: object, *, mode: int = 0o644) -> None:
     The text goes to a temporary file in the same directory, is flushed to
     disk, and is renamed over ``path``.
     """
-    text = dump_json(value)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, dump_json(value), mode=mode, durable=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar, final, overload
@@ -172,7 +173,16 @@ async def open_dask(
         finally:
             bridge.close()
         return
-    cluster, own_client = await trio.to_thread.run_sync(_connect, address, cluster_kwargs)
+    connecting = _Connecting(address, cluster_kwargs)
+    try:
+        # Abandoned on cancellation: a scheduler that does not answer would
+        # otherwise hold the caller for Dask's whole connect timeout (30 s).
+        cluster, own_client = await trio.to_thread.run_sync(
+            connecting.connect, abandon_on_cancel=True
+        )
+    except trio.Cancelled:
+        connecting.abandon()
+        raise
     bridge = Bridge(DaskEngine(own_client))
     try:
         yield DaskBridge(own_client, bridge)
@@ -198,6 +208,41 @@ def _connect(
     except BaseException:
         _close(cluster)
         raise
+
+
+class _Connecting:
+    """A connection made in a worker thread that the trio side may abandon.
+
+    Whichever side comes second cleans up: the thread closes what it made if
+    the caller has gone, and the caller closes what the thread made if it
+    had already finished when the caller gave up.
+    """
+
+    def __init__(self, address: str | None, cluster_kwargs: dict[str, Any]) -> None:
+        self._address = address
+        self._cluster_kwargs = cluster_kwargs
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._made: tuple[LocalCluster | None, Client] | None = None
+
+    def connect(self) -> tuple[LocalCluster | None, Client]:
+        made = _connect(self._address, self._cluster_kwargs)
+        with self._lock:
+            if not self._abandoned:
+                self._made = made
+                return made
+        # Nobody waits for it any more: trio discards what an abandoned
+        # thread returns.
+        _disconnect(made[1], made[0])
+        return made
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned = True
+            made, self._made = self._made, None
+        if made is not None:
+            # Closing a client can take seconds: not on the trio thread.
+            threading.Thread(target=_disconnect, args=(made[1], made[0]), daemon=True).start()
 
 
 def _close(closable: Any) -> None:

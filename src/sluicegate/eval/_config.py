@@ -130,7 +130,7 @@ def exception_name(kind: type[BaseException]) -> str:
     return f"{kind.__module__}:{kind.__qualname__}"
 
 
-def exception_types(names: Iterable[str]) -> tuple[type[BaseException], ...]:
+def exception_types(names: Iterable[str]) -> tuple[type[Exception], ...]:
     """The exception classes ``names`` stand for (see :func:`exception_name`).
 
     Raises:
@@ -150,6 +150,8 @@ def exception_types(names: Iterable[str]) -> tuple[type[BaseException], ...]:
             ) from None
         if not (isinstance(kind, type) and issubclass(kind, BaseException)):
             raise UsageError(f"--retry-on {name!r} is not an exception class")
+        if not issubclass(kind, Exception):
+            raise UsageError(f"--retry-on {name!r}: only Exception subclasses are retried")
         found.append(kind)
     return tuple(found)
 

@@ -25,6 +25,7 @@ from typing import IO, Any
 import attrs
 import cattrs
 
+from .._util import write_atomically
 from ._config import UsageError
 from ._convert import converter
 from ._records import Row, RunRecord
@@ -245,15 +246,12 @@ def read_results(directory: Path) -> Previous:
 
 def write_run_record(directory: Path, record: RunRecord) -> None:
     """Write ``run.json`` atomically (a reader never sees half of it)."""
-    path = directory / RUN
-    partial = path.with_name(RUN + ".partial")
     data = converter.unstructure(record)
     try:
         text = _dumps(data, indent=2)
     except ValueError:
         text = _dumps_escaped(data, indent=2)
-    partial.write_text(text + "\n", encoding="utf-8")
-    os.replace(partial, path)
+    write_atomically(directory / RUN, text + "\n")
 
 
 def read_run_record(directory: Path) -> RunRecord:

@@ -28,7 +28,7 @@ import trio
 
 from .._runner import Drain, Recorder, open_stream
 from .._trace import Timeline, recording
-from .._util import sole_exception
+from .._util import in_background
 from ..service import drain_on_signals
 from ..service._signals import DEFAULT_SIGNALS
 from ._config import ErrorBudget, EvalConfig, UsageError, configure, differences
@@ -170,21 +170,8 @@ async def _showing(shown: Display | None, tally: Tally) -> AsyncIterator[None]:
     if shown is None:
         yield
         return
-    error: BaseException | None = None
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(shown.show, tally)
-            try:
-                yield
-            finally:
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        error = sole_exception(group)
-    if error is not None:
-        try:
-            raise error
-        finally:
-            del error
+    async with in_background(shown.show, tally):
+        yield
 
 
 @asynccontextmanager

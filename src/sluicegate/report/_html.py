@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Final
 
 from .. import __version__
-from .._trace import Timeline, write_atomically
+from .._trace import Timeline
+from .._util import write_atomically
 from ._layout import COLOURS, MARKS
 from ._run import Rollout, RunView, read_run
 from ._svg import histograms_svg, timeline_svg
@@ -404,5 +405,5 @@ def write_report(
         raise FileNotFoundError(f"{directory} is not a directory")
     page = render(directory)
     path = Path(output) if output is not None else directory / REPORT
-    write_atomically(path, page)
+    write_atomically(path, page + "\n")
     return path

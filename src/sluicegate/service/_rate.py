@@ -33,9 +33,10 @@ class RateLimit:
     One object shared by several streams bounds them together. Waiters are
     served first come, first served.
 
-    Like trio's own synchronization primitives, a ``RateLimit`` belongs to
-    one ``trio.run``: it keeps time with trio's clock, so
-    ``trio.testing.MockClock`` drives it in tests.
+    It keeps time with trio's clock, so ``trio.testing.MockClock`` drives it
+    in tests. Each ``trio.run`` has a clock of its own: a limit used in a
+    later run (one made at module level, say) starts afresh there, and one
+    used by two runs at once is an error.
 
     Args:
         per_second: The sustained rate, a finite number > 0 (``0.5``: one
@@ -54,6 +55,7 @@ class RateLimit:
         "_lock",
         "_per_second",
         "_refunded",
+        "_run",
         "_tat",
         "_tolerance",
         "_undo",
@@ -76,6 +78,8 @@ class RateLimit:
         self._interval = 1.0 / per_second
         self._tolerance = (burst - 1) * self._interval
         self._tat = -math.inf
+        # The trio run whose clock _tat is on; None before the first use.
+        self._run: trio.lowlevel.TrioToken | None = None
         # Waiters queue on a lock (trio's Lock is fair), so one sleeps on the
         # clock at a time instead of all of them waking for every token.
         self._lock = trio.Lock()
@@ -99,13 +103,31 @@ class RateLimit:
         self._undo = self._tat
         self._tat = max(self._tat, now) + self._interval
 
+    def _bind(self) -> None:
+        run = trio.lowlevel.current_trio_token()
+        if run is self._run:
+            return
+        if self._lock.locked():
+            raise RuntimeError(f"{self!r} is in use by another trio.run at the same time")
+        # Another run, another clock: times kept on the last one mean nothing here.
+        self._run = run
+        self._tat = self._undo = -math.inf
+        self._undo_task = None
+        self._lock = trio.Lock()
+        self._refunded = trio.Event()
+
     async def acquire(self) -> None:
         """Wait until a start is allowed, and take it.
 
         When a start is allowed at once and nobody is queued before the
         caller, this returns without a schedule point (the pull that follows
         is one). Cancelled while waiting, it takes nothing.
+
+        Raises:
+            RuntimeError: another ``trio.run`` is using this limit right now.
         """
+        if self._run is not trio.lowlevel.current_trio_token():
+            self._bind()
         if not self._lock.locked():
             now = trio.current_time()
             if self._tat - now <= self._tolerance:

@@ -27,12 +27,18 @@ R = TypeVar("R")
 
 
 def _exception_types(
-    value: type[BaseException] | tuple[type[BaseException], ...],
-) -> tuple[type[BaseException], ...]:
+    value: type[Exception] | tuple[type[Exception], ...],
+) -> tuple[type[Exception], ...]:
     types = value if isinstance(value, tuple) else (value,)
     for kind in types:
         if not (isinstance(kind, type) and issubclass(kind, BaseException)):
             raise TypeError(f"Retry(on=...) takes exception classes, not {kind!r}")
+        if not issubclass(kind, Exception):
+            # attempt() lets cancellation, KeyboardInterrupt and the like
+            # through untouched: a policy naming them could never apply.
+            raise TypeError(
+                f"Retry(on=...) takes Exception subclasses; {kind.__name__} is never retried"
+            )
     return types
 
 
@@ -77,9 +83,7 @@ class Retry:
     """
 
     attempts: int = attrs.field(default=3, validator=_check_attempts)
-    on: tuple[type[BaseException], ...] = attrs.field(
-        default=(Exception,), converter=_exception_types
-    )
+    on: tuple[type[Exception], ...] = attrs.field(default=(Exception,), converter=_exception_types)
     base_delay: float = attrs.field(default=0.1, validator=_positive_delay("base_delay"))
     max_delay: float = attrs.field(default=5.0, validator=_positive_delay("max_delay"))
     jitter: bool = True
@@ -157,19 +161,25 @@ async def attempt(
     """
     failures: list[BaseException] = []
     while True:
+        deadline: trio.CancelScope | None = None
         try:
             if limit is None:
                 value = await call()
             else:
-                with trio.fail_after(limit):
+                with trio.fail_after(limit) as deadline:
                     value = await call()
         except trio.TooSlowError as slow:
-            # Raised rather than built, so the row keeps a traceback, and
-            # chained, so it shows where the attempt was when time ran out.
-            try:
-                raise TimeoutError(f"attempt took longer than {limit:g} s") from slow
-            except TimeoutError as expired:
-                error: Exception = expired
+            if deadline is None or not deadline.cancelled_caught:
+                # The run's own deadline (a fail_after of its own) ran out:
+                # an ordinary failure of the run, kept as it is.
+                error: Exception = slow
+            else:
+                # Raised rather than built, so the row keeps a traceback, and
+                # chained, so it shows where the attempt was when time ran out.
+                try:
+                    raise TimeoutError(f"attempt took longer than {limit:g} s") from slow
+                except TimeoutError as expired:
+                    error = expired
         except Exception as exc:
             error = exc
         else:

@@ -141,7 +141,7 @@ def _check(
         raise TypeError(
             "serve() needs a bounded window (an int >= 1): a service's memory is bounded by it"
         )
-    _check_arguments(source, run, window, rate, trace)
+    _check_arguments(source, run, window, rate, trace, drain)
     _check_callable("key", key)
     if journal is not None and not isinstance(journal, Journal):
         if not isinstance(journal, (str, os.PathLike)):
