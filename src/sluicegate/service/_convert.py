@@ -40,12 +40,14 @@ def encode_value(value: object) -> tuple[str, ValueFormat]:
     # pays nothing for the journal's value column.
     if value is None:
         return "null", "json"
-    kind = type(value)
-    if kind is str:
-        return _encode(value), "json"
-    if kind is int:
-        return str(value), "json"
+    # Inside the try too: str() of an int over sys.get_int_max_str_digits()
+    # digits raises, and a try costs nothing until it catches.
     try:
+        kind = type(value)
+        if kind is str:
+            return _encode(value), "json"
+        if kind is int:
+            return str(value), "json"
         return _encode(converter.unstructure(value)), "json"
     except Exception:
         return _safe_repr(value), "repr"
@@ -55,6 +57,9 @@ def _safe_repr(value: object) -> str:
     try:
         return repr(value)
     except Exception as exc:
+        # An int too long for repr() too: say what it was, never fail.
+        if isinstance(value, int):
+            return f"<int of {value.bit_length()} bits, too long to write out: {exc}>"
         return f"<{type(value).__qualname__} whose repr() failed: {exc!r}>"
 
 

@@ -1,0 +1,29 @@
+"""serve(): fixes for the review of the service (stats, sample sources, arguments, values)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from sluicegate import serve
+from sluicegate.service import Journal
+
+
+async def test_a_value_too_long_to_write_out_is_recorded_and_the_service_goes_on(
+    tmp_path: Path,
+) -> None:
+    # str() of an int over 4,300 digits raises: the journal keeps a text
+    # saying what it was, and the other items carry on.
+    async def run(n: int) -> int:
+        await trio.lowlevel.checkpoint()
+        return 10**5000 if n == 1 else n
+
+    path = tmp_path / "j.db"
+    report = await serve(range(4), run, window=2, key=str, journal=path, signals=())
+    assert (report.ok, report.failed) == (4, 0)
+    entry = Journal(path).get("1")
+    assert entry is not None and entry.ok
+    assert entry.value_format == "repr"
+    assert entry.value.startswith("<int of 16610 bits")
+    assert Journal(path).counts() == {"ok": 4, "error": 0}
