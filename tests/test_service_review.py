@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 import trio
 
 from sluicegate import serve
@@ -27,3 +29,31 @@ async def test_a_value_too_long_to_write_out_is_recorded_and_the_service_goes_on
     assert entry.value_format == "repr"
     assert entry.value.startswith("<int of 16610 bits")
     assert Journal(path).counts() == {"ok": 4, "error": 0}
+
+
+@pytest.mark.parametrize("level", [logging.WARNING, logging.INFO, logging.DEBUG])
+@pytest.mark.parametrize("stats", [False, True])
+async def test_a_bad_key_fails_the_service_whatever_the_logging(
+    caplog: pytest.LogCaptureFixture, level: int, stats: bool
+) -> None:
+    caplog.set_level(level, logger="sluicegate")
+    ran: list[int] = []
+
+    async def run(n: int) -> int:
+        ran.append(n)
+        await trio.lowlevel.checkpoint()
+        return n
+
+    with pytest.raises(TypeError, match="key\\(item\\) must return a str, not int"):
+        await serve(
+            range(3), run, window=1, key=lambda n: n,  # type: ignore[arg-type,return-value]
+            on_stats=print if stats else None, signals=(),
+        )  # fmt: skip
+    assert ran == []  # the key is asked before the item runs
+
+    def divide(n: int) -> str:
+        return str(1 / (n - 2))
+
+    with pytest.raises(ZeroDivisionError):
+        await serve(range(3), run, window=1, key=divide, signals=())
+    assert ran == [0, 1]

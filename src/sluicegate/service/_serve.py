@@ -374,6 +374,10 @@ class _Service(Generic[T]):
 
     async def lean(self, item: T) -> Any:
         """:meth:`served` with no journal, retry, timeout, callback or latencies to keep."""
+        if self.key is not None:
+            # Called as served() calls it, so a bad key fails the service
+            # whichever wrapper the logging level picked.
+            _key_of(self.key, item)
         tally = self.tally
         tally.running += 1
         try:
