@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
 
-from sluicegate import serve
+from sluicegate import ServedItem, serve
 from sluicegate.service import Journal
+
+
+async def double(n: int) -> int:
+    await trio.lowlevel.checkpoint()
+    return 2 * n
 
 
 async def test_a_value_too_long_to_write_out_is_recorded_and_the_service_goes_on(
@@ -57,3 +65,59 @@ async def test_a_bad_key_fails_the_service_whatever_the_logging(
     with pytest.raises(ZeroDivisionError):
         await serve(range(3), run, window=1, key=divide, signals=())
     assert ran == [0, 1]
+
+
+class Untouchable:
+    """A source that fails the test if anything pulls from it."""
+
+    touched = False
+
+    def __iter__(self) -> Iterator[int]:
+        self.touched = True
+        raise AssertionError("the source was touched")
+
+
+async def test_a_plain_function_as_run_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    charged: list[int] = []
+
+    def charge(order: int) -> str:  # "async" forgotten: the charge happens here
+        charged.append(order)
+        return f"receipt-{order}"
+
+    class Charger:
+        def __call__(self, order: int) -> str:
+            return charge(order)
+
+    path = tmp_path / "j" / "j.db"
+    for run in (charge, Charger(), functools.partial(charge)):
+        source = Untouchable()
+        with pytest.raises(TypeError, match="run must be an async function.*plain function"):
+            await serve(source, run, window=2, key=str, journal=path, signals=())  # type: ignore[arg-type]
+        assert not source.touched
+    assert charged == []
+    assert not path.parent.exists()
+
+
+async def test_a_plain_on_outcome_is_refused_up_front(tmp_path: Path) -> None:
+    def acknowledge(served: ServedItem[int]) -> None:
+        pass
+
+    source = Untouchable()
+    with pytest.raises(TypeError, match="on_outcome must be an async function"):
+        await serve(source, double, window=2, on_outcome=acknowledge, signals=())  # type: ignore[arg-type]
+    assert not source.touched
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [(signal.SIGKILL, "SIGKILL cannot be caught"), (signal.SIGSTOP, "SIGSTOP"), (12345, "12345 is not")],
+)
+async def test_signals_that_cannot_be_taken_are_refused_before_the_journal_is_made(
+    tmp_path: Path, bad: int, says: str
+) -> None:
+    path = tmp_path / "j" / "j.db"
+    source = Untouchable()
+    with pytest.raises(ValueError, match=f"signals: {says}"):
+        await serve(source, double, window=2, key=str, journal=path, signals=[signal.SIGTERM, bad])
+    assert not source.touched
+    assert not path.parent.exists()

@@ -6,6 +6,7 @@ Invariant numbers in comments refer to docs/runner.md.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -35,6 +36,7 @@ __all__ = [
     "pace",
     "write_atomically",
     "sole_exception",
+    "surely_sync",
 ]
 
 T = TypeVar("T")
@@ -95,6 +97,24 @@ class _AlwaysCheck:
 
 
 _ALWAYS_CHECK = _AlwaysCheck()
+
+
+def surely_sync(fn: object) -> bool:
+    """Whether ``fn`` is a plain (non-``async``) Python function, method or builtin.
+
+    Other callables (an object whose ``__call__`` is compiled, say) are
+    given the benefit of the doubt.
+    """
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.isfunction(fn) or inspect.ismethod(fn):
+        return not inspect.iscoroutinefunction(fn)
+    if inspect.isbuiltin(fn) or inspect.isclass(fn):
+        return True
+    call = inspect.getattr_static(type(fn), "__call__", None)
+    if inspect.isfunction(call):
+        return not inspect.iscoroutinefunction(call)
+    return False
 
 
 def cancel_status() -> CancelStatus:

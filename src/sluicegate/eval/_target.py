@@ -8,7 +8,6 @@ the rest of the evaluation uses, or refuses it with a :class:`UsageError`.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.util
 import inspect
@@ -24,6 +23,7 @@ import attrs
 
 from .._dynamic import SampleSource
 from .._taskset import Taskset
+from .._util import surely_sync
 from ._config import UsageError
 
 __all__ = [
@@ -88,24 +88,6 @@ class Parts:
     target: str | None = None
 
 
-def _surely_sync(fn: object) -> bool:
-    """Whether ``fn`` is a plain (non-``async``) Python function, method or builtin.
-
-    Other callables (an object whose ``__call__`` is compiled, say) are
-    given the benefit of the doubt.
-    """
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    if inspect.isfunction(fn) or inspect.ismethod(fn):
-        return not inspect.iscoroutinefunction(fn)
-    if inspect.isbuiltin(fn) or inspect.isclass(fn):
-        return True
-    call = inspect.getattr_static(type(fn), "__call__", None)
-    if inspect.isfunction(call):
-        return not inspect.iscoroutinefunction(call)
-    return False
-
-
 def as_parts(obj: object, name: str, target: str | None = None) -> Parts:
     """Check that ``obj`` keeps the :class:`Environment` contract and take it apart.
 
@@ -139,7 +121,7 @@ def as_parts(obj: object, name: str, target: str | None = None) -> Parts:
     run = obj.run  # type: ignore[attr-defined]
     if not callable(run):
         raise UsageError(f"{name}: run must be an async function, not {type(run).__name__}")
-    if _surely_sync(run):
+    if surely_sync(run):
         raise UsageError(
             f"{name}: run must be an async function (`async def run(self, task)`); "
             f"{getattr(run, '__qualname__', run)!s} is a plain function"

@@ -26,11 +26,11 @@ import outcome
 import trio
 
 from .._runner import BindsRun, Drain, Pacer, Recorder, _check_arguments, run_each
-from .._util import sole_exception
+from .._util import sole_exception, surely_sync
 from ._convert import ValueFormat, encode_value
 from ._journal import Journal, JournalEntry, JournalSession, error_row
 from ._retry import CutShort, Retry, attempt
-from ._signals import DEFAULT_SIGNALS, drain_on_signals
+from ._signals import DEFAULT_SIGNALS, check_signals, drain_on_signals
 from ._stats import ServeStats, Snapshots, Tally, registry
 
 __all__ = ["ServeReport", "ServedItem", "serve"]
@@ -116,6 +116,15 @@ def _check_callable(name: str, value: object) -> None:
         raise TypeError(f"{name} must be callable or None, not {value!r}")
 
 
+def _check_async(name: str, fn: object) -> None:
+    if surely_sync(fn):
+        what = getattr(fn, "__qualname__", None) or repr(fn)
+        raise TypeError(
+            f"{name} must be an async function (async def, or a functools.partial of one); "
+            f"{what} is a plain function"
+        )
+
+
 def _check(
     source: object,
     run: object,
@@ -142,6 +151,10 @@ def _check(
             "serve() needs a bounded window (an int >= 1): a service's memory is bounded by it"
         )
     _check_arguments(source, run, window, rate, trace, drain)
+    # Refused here, not met at the first item: by then a plain function has
+    # run (its side effect done) and its result could not be awaited, which
+    # errors="record" would journal as a dead letter for every item.
+    _check_async("run", run)
     _check_callable("key", key)
     if journal is not None and not isinstance(journal, Journal):
         if not isinstance(journal, (str, os.PathLike)):
@@ -160,7 +173,7 @@ def _check(
         raise TypeError(f"drain must be a sluicegate.Drain or None, not {drain!r}")
     if isinstance(signals, (str, bytes)) or not isinstance(signals, Iterable):
         raise TypeError(f"signals must be a sequence of signals, not {signals!r}")
-    wanted = tuple(signal.Signals(sig) for sig in signals)
+    wanted = check_signals(signals)
     if wanted and threading.current_thread() is not threading.main_thread():
         raise RuntimeError(
             "serve() can only take signals in the main thread; pass signals=() and "
@@ -168,6 +181,8 @@ def _check(
         )
     _check_seconds("grace", grace, zero_ok=True)
     _check_callable("on_outcome", on_outcome)
+    if on_outcome is not None:
+        _check_async("on_outcome", on_outcome)
     _check_callable("on_stats", on_stats)
     _check_seconds("stats_interval", stats_interval, zero_ok=False)
     if stats_interval is None:
@@ -263,9 +278,12 @@ async def serve(
         A :class:`ServeReport`.
 
     Raises:
-        TypeError: a bad argument (a journal without ``key``, say), before
-            the source is touched.
-        ValueError: a bad argument value, likewise.
+        TypeError: a bad argument (a journal without ``key``, or a ``run``
+            or ``on_outcome`` that is a plain function rather than an
+            ``async`` one, say), before the source is touched or the
+            journal created.
+        ValueError: a bad argument value, likewise (a signal no process can
+            catch, such as SIGKILL, included).
         RuntimeError: signals asked for outside the main thread.
         OSError: the journal cannot be created or written; the error names
             the path.
