@@ -94,8 +94,10 @@ def prometheus_collector(
     (label ``outcome``: ok, failed, skipped), ``..._pulled_total``,
     ``..._retries_total``, ``..._cut_short_total``, ``..._in_flight``,
     ``..._services`` and the histogram ``..._item_duration_seconds``. Counts
-    cover every ``serve()`` the process ran, finished ones included. Values
-    are read when Prometheus scrapes; no port is opened.
+    cover every ``serve()`` the process ran, finished ones included; the
+    counters never go down (an item a failed service left in flight counts
+    as cut short). Values are read when Prometheus scrapes; no port is
+    opened.
 
     Args:
         registry: The ``prometheus_client`` registry to join; its default

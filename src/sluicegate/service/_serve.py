@@ -397,7 +397,7 @@ class _Service(Generic[T]):
             # whichever wrapper the logging level picked.
             _key_of(self.key, item)
         tally = self.tally
-        tally.running += 1
+        tally.pulled += 1
         try:
             value = await self.run(item)
         except Exception as error:
@@ -409,8 +409,6 @@ class _Service(Generic[T]):
         except BaseException:
             tally.cut += 1
             raise
-        finally:
-            tally.running -= 1
         tally.ok += 1
         return value
 
@@ -421,6 +419,8 @@ class _Service(Generic[T]):
         ``on_complete`` gets it): None for a failure or an item cut short, the
         recorded value for a skipped one.
         """
+        tally = self.tally
+        tally.pulled += 1
         name: str | None = None
         if self.key is not None:
             name = self.key(item)
@@ -434,8 +434,6 @@ class _Service(Generic[T]):
             if status is not None and (status == "ok" or not self.rerun_errors):
                 entry = session.entry(name) if self.entries_matter else None
                 return await self.skip(item, name, entry)
-        tally = self.tally
-        tally.running += 1
         started = time.time()
         start = trio.current_time() if self.timed else 0.0
         value: Any = None
@@ -449,22 +447,18 @@ class _Service(Generic[T]):
             except BaseException:
                 # A grace or second signal cancelled it: not journaled, so a
                 # restart runs it again.
-                tally.running -= 1
                 tally.cut += 1
                 raise
         else:
             try:
                 tried = await self.attempt(item, name)
             except BaseException:
-                tally.running -= 1
                 tally.cut += 1
                 raise
             if tried is None:  # a drain cut its backoff
-                tally.running -= 1
                 tally.cut += 1
                 return None
             attempts, value, error = tried
-        tally.running -= 1
         if error is not None:
             if self.raise_errors:
                 raise error
@@ -660,9 +654,11 @@ class _Service(Generic[T]):
         assert self.grace is not None
         await trio.sleep(self.grace)
         logger.warning(
-            "serve: grace of %g s is over: cancelling %d item(s) still running",
+            "serve: grace of %g s is over: cancelling %d item(s) still running"
+            " (%d finished one(s) waiting for their journal commit are kept)",
             self.grace,
             self.tally.running,
+            self.tally.pending,
         )
         graced.cancel()
 

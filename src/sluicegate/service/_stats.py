@@ -37,7 +37,16 @@ BOUNDS: tuple[float, ...] = (
 
 
 class Tally:
-    """The counters of one service; mutated on the trio thread, read from any."""
+    """The counters of one service; mutated on the trio thread, read from any.
+
+    Every item is counted once in :attr:`pulled` when its wrapper starts,
+    then once more when it ends, in exactly one of ``ok``, ``failed``,
+    ``skipped`` or ``cut``; until then it is in flight (``pending`` of
+    those, once it finished and waits for its journal commit). The
+    in-flight figures are differences, not counters of their own, so an
+    item is never in two buckets, and every counter only grows, read from
+    any thread.
+    """
 
     __slots__ = (
         "cut",
@@ -45,14 +54,14 @@ class Tally:
         "histogram",
         "ok",
         "pending",
+        "pulled",
         "retried",
-        "running",
         "seconds",
         "skipped",
     )
 
     def __init__(self, *, histogram: bool) -> None:
-        self.running = 0
+        self.pulled = 0
         self.pending = 0  # finished, waiting for their journal commit
         self.ok = 0
         self.failed = 0
@@ -63,14 +72,19 @@ class Tally:
         self.histogram: list[int] | None = [0] * (len(BOUNDS) + 1) if histogram else None
 
     @property
-    def pulled(self) -> int:
-        """Items taken from the source: every one is running, finished, skipped or cut."""
-        return self.running + self.pending + self.ok + self.failed + self.skipped + self.cut
+    def ended(self) -> int:
+        """Items that are ok, failed, skipped or cut short."""
+        return self.ok + self.failed + self.skipped + self.cut
 
     @property
     def in_flight(self) -> int:
         """Items running or waiting for their journal commit."""
-        return self.running + self.pending
+        return self.pulled - self.ended
+
+    @property
+    def running(self) -> int:
+        """Items in flight that are not waiting for their journal commit."""
+        return self.in_flight - self.pending
 
     def observe(self, seconds: float) -> None:
         """Count one item's duration (when a histogram is kept)."""
@@ -116,13 +130,18 @@ class ServeStats:
         pulled: Items taken from the source, skipped ones included.
         ok: Items that succeeded (and are recorded, with a journal).
         failed: Items that failed after their retries (recorded as errors).
-        retried: Extra attempts made, over all items.
+        retried: Extra attempts made, over all items (those of items a
+            drain cut short included).
         skipped: Items the journal already held.
         items_per_s: Items finished (ok or failed) per second over the interval.
         latency_p50_s: Median seconds from an item's first attempt to its
             end, over the interval; None when no item finished in it.
         latency_p95_s: The 95th percentile, likewise.
         latency_p99_s: The 99th percentile, likewise.
+        cut_short: Items a drain, grace or second signal cut short (not
+            journaled: they run again on restart). Every pulled item is
+            counted in exactly one of ``in_flight``, ``ok``, ``failed``,
+            ``skipped`` and ``cut_short``.
     """
 
     elapsed_s: float
@@ -137,6 +156,7 @@ class ServeStats:
     latency_p50_s: float | None
     latency_p95_s: float | None
     latency_p99_s: float | None
+    cut_short: int = 0
 
 
 class Snapshots:
@@ -160,6 +180,7 @@ class Snapshots:
             interval_s=interval,
             in_flight=tally.in_flight,
             pulled=tally.pulled,
+            cut_short=tally.cut,
             ok=tally.ok,
             failed=tally.failed,
             retried=tally.retried,
@@ -175,7 +196,10 @@ class Snapshots:
         return stats
 
 
-_COUNTERS = ("running", "pending", "ok", "failed", "skipped", "retried", "cut", "seconds")
+# Read in this order from another thread while the trio thread counts on:
+# what ended before what was pulled, so that a total never counts an item in
+# flight and ended at once (pulled read last is never below what ended).
+_COUNTERS = ("ok", "failed", "skipped", "cut", "retried", "seconds", "pending", "pulled")
 
 
 class _Registry:
@@ -192,30 +216,38 @@ class _Registry:
             self._live[id(tally)] = tally
 
     def retire(self, tally: Tally) -> None:
+        """Fold a finished service's counts into the totals.
+
+        Its items still in flight (the item a failure was raised for, rows a
+        broken journal never committed) were not recorded: they run again
+        on restart, so they count as cut short, and ``pulled`` stays put.
+        """
         with self._lock:
             if self._live.pop(id(tally), None) is None:
                 return
             done = self._retired
-            for name in ("ok", "failed", "skipped", "retried", "cut", "seconds"):
+            for name in ("ok", "failed", "skipped", "retried", "seconds", "pulled"):
                 setattr(done, name, getattr(done, name) + getattr(tally, name))
+            done.cut += tally.pulled - tally.ok - tally.failed - tally.skipped
             if tally.histogram is not None and done.histogram is not None:
                 for index, count in enumerate(tally.histogram):
                     done.histogram[index] += count
 
     def totals(self) -> tuple[Tally, int]:
         """Counters summed over every service this process ran, and how many run now."""
+        total = Tally(histogram=True)
+        assert total.histogram is not None
+        # Under the lock: a service retiring midway would be counted twice.
         with self._lock:
             tallies: Iterable[Tally] = [self._retired, *self._live.values()]
             live = len(self._live)
-        total = Tally(histogram=True)
-        assert total.histogram is not None
-        for tally in tallies:
-            for name in _COUNTERS:
-                setattr(total, name, getattr(total, name) + getattr(tally, name))
-            if tally.histogram is not None:
-                # list() copies at once under the GIL while the trio thread counts on.
-                for index, count in enumerate(list(tally.histogram)):
-                    total.histogram[index] += count
+            for tally in tallies:
+                for name in _COUNTERS:
+                    setattr(total, name, getattr(total, name) + getattr(tally, name))
+                if tally.histogram is not None:
+                    # list() copies at once under the GIL while the trio thread counts on.
+                    for index, count in enumerate(list(tally.histogram)):
+                        total.histogram[index] += count
         return total, live
 
 
