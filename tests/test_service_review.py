@@ -207,3 +207,32 @@ async def test_the_process_totals_never_go_backwards_when_a_service_fails() -> N
     assert after.pulled - before.pulled == 2
     assert after.cut - before.cut == 2
     assert after.in_flight == before.in_flight
+
+
+async def test_retried_counts_the_extra_attempts_of_items_cut_short(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Item 0 fails twice then a drain cuts its backoff; item 1 is in its
+    # second attempt when the grace cancels it: two extra attempts made.
+    drain = Drain()
+    calls: dict[int, int] = {0: 0, 1: 0}
+
+    async def run(n: int) -> int:
+        calls[n] += 1
+        if n == 0:
+            await trio.sleep(1)
+            if calls[0] == 2:
+                drain.request()
+            raise ConnectionError("flaky")
+        if calls[1] == 1:
+            raise ConnectionError("flaky")
+        await trio.sleep_forever()
+        raise AssertionError
+
+    report = await serve(
+        range(2), run, window=2, retry=Retry(attempts=5, base_delay=0.5, jitter=False),
+        drain=drain, grace=10, signals=(),
+    )  # fmt: skip
+    assert calls == {0: 2, 1: 2}
+    assert report.retried == 2
+    assert (report.ok, report.failed) == (0, 0)

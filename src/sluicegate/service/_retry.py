@@ -142,6 +142,7 @@ async def attempt(
     retry: Retry | None = None,
     limit: float | None = None,
     drain: Drain | None = None,
+    on_retry: Callable[[], object] | None = None,
 ) -> Attempts[R]:
     """Call ``call()`` until it succeeds, fails for good, or a drain ends the wait.
 
@@ -150,6 +151,14 @@ async def attempt(
     retried when ``retry.on`` matches it. Only ``Exception`` s are captured:
     cancellation, ``KeyboardInterrupt`` and other ``BaseException`` s pass
     through.
+
+    Args:
+        call: One attempt.
+        retry: The policy; None makes one attempt.
+        limit: Seconds of trio time each attempt may take, or None.
+        drain: Ends a backoff wait at once (see Raises).
+        on_retry: Called as each extra attempt starts, so that a counter of
+            attempts made is right even when the item is cut short later.
 
     Returns:
         An :class:`Attempts` whose ``result`` is the value, or the exception
@@ -196,3 +205,5 @@ async def attempt(
                 raise CutShort(len(failures), error)
         else:
             await trio.sleep(retry.backoff(len(failures)))
+        if on_retry is not None:
+            on_retry()

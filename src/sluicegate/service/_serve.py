@@ -84,7 +84,8 @@ class ServeReport:
         ok: Items that succeeded.
         failed: Items that failed after their retries (``errors="record"``).
         skipped: Items the journal already held.
-        retried: Extra attempts made, over all items.
+        retried: Extra attempts made, over all items: those of items a
+            drain, grace or second signal cut short included.
         stop_reason: ``"exhausted"`` (the source ended), ``"drained"`` (a
             drain was requested: a first signal or the caller's
             :class:`~sluicegate.Drain`; a ``grace`` expiry keeps this
@@ -530,8 +531,9 @@ class _Service(Generic[T]):
         """
         try:
             tried = await attempt(
-                partial(self.run, item), retry=self.retry, limit=self.timeout, drain=self.drain
-            )
+                partial(self.run, item), retry=self.retry, limit=self.timeout, drain=self.drain,
+                on_retry=self.retrying,
+            )  # fmt: skip
         except CutShort as cut:
             logger.info(
                 "%s cut short by a drain while waiting to retry (%d attempt(s)): %r",
@@ -540,11 +542,14 @@ class _Service(Generic[T]):
                 cut.last,
             )
             return None
-        self.tally.retried += tried.attempts - 1
         result = tried.result
         if type(result) is outcome.Error:
             return tried.attempts, None, result.error
         return tried.attempts, result.value, None
+
+    def retrying(self) -> None:
+        """Count an extra attempt as it starts: a drain or grace may cut it short later."""
+        self.tally.retried += 1
 
     def label(self, item: T, name: str | None = None) -> str:
         """How log lines name an item: by its key when there is one."""
