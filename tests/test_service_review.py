@@ -236,3 +236,24 @@ async def test_retried_counts_the_extra_attempts_of_items_cut_short(
     assert calls == {0: 2, 1: 2}
     assert report.retried == 2
     assert (report.ok, report.failed) == (0, 0)
+
+
+async def test_a_journal_path_under_a_file_names_the_journal_and_the_reason(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "jd" / "state.txt"
+    state.parent.mkdir()
+    state.write_text("")
+    journal = state / "sub" / "journal.db"
+    source = Untouchable()
+    with pytest.raises(OSError) as caught:
+        await serve(source, double, window=2, key=str, journal=journal, signals=())
+    assert str(caught.value).endswith(
+        f"cannot create the journal at {journal}: {state} is a file, not a directory"
+    )
+    assert not source.touched
+
+
+async def test_a_journal_path_that_is_a_directory_says_so(tmp_path: Path) -> None:
+    with pytest.raises(IsADirectoryError, match=f"journal at {tmp_path}: it is a directory"):
+        await serve(range(3), double, window=2, key=str, journal=tmp_path, signals=())

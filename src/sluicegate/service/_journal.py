@@ -344,14 +344,17 @@ class Journal:
                 a newer format.
         """
         path = self.path
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not os.access(path.parent, os.W_OK | os.X_OK):
-            # SQLite writes its -wal and -shm files beside the journal.
-            raise PermissionError(
-                errno.EACCES, "cannot write in the journal's directory", str(path.parent)
-            )
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        os.close(descriptor)
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not os.access(path.parent, os.W_OK | os.X_OK):
+                # SQLite writes its -wal and -shm files beside the journal.
+                raise PermissionError(
+                    errno.EACCES, f"its directory {path.parent} is not writable"
+                )
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.close(descriptor)
+        except OSError as exc:
+            raise _cannot_create(path, exc) from exc
         opened: list[sqlite3.Connection] = []
         try:
             try:
@@ -369,6 +372,22 @@ class Journal:
         return JournalSession(
             self, local, spare, checkpointer, on_commit=on_commit, backlog=backlog
         )
+
+
+def _cannot_create(path: Path, exc: OSError) -> OSError:
+    """``exc``, of the same type, saying that the journal at ``path`` cannot be made and why."""
+    reason = exc.strerror or str(exc)
+    if path.is_dir():
+        reason = "it is a directory"
+    else:
+        # mkdir()'s own error names the ancestor it stopped at ("File
+        # exists"), which says neither what was wanted nor what is wrong.
+        for parent in path.parents:
+            if parent.exists() or parent.is_symlink():
+                if not parent.is_dir():
+                    reason = f"{parent} is a file, not a directory"
+                break
+    return type(exc)(exc.errno, f"cannot create the journal at {path}: {reason}")
 
 
 def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
