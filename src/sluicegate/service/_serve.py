@@ -17,7 +17,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, Generic, Literal, TypeVar, final
 
@@ -25,6 +25,7 @@ import attrs
 import outcome
 import trio
 
+from .._dynamic import SampleSource
 from .._runner import BindsRun, Drain, Pacer, Recorder, _check_arguments, run_each
 from .._util import sole_exception, surely_sync
 from ._convert import ValueFormat, encode_value
@@ -364,6 +365,10 @@ class _Service(Generic[T]):
         self.debug = logger.isEnabledFor(logging.DEBUG)
         # A SampleSource hears each item's result (on_complete).
         self.values_matter = isinstance(source, BindsRun)
+        # ... and, through _GaveUpOn, about the items that produced none.
+        self.gives_up = _GaveUpOn.fits(source)
+        if self.gives_up:
+            self.source = _GaveUpOn(source)
         # A recorder that can tell failed items from successes (a Timeline)
         # hears about them from the consumer, which knows each item's index.
         self.mark_errors = (
@@ -374,6 +379,8 @@ class _Service(Generic[T]):
         # What the per-item wrapper must do beyond the least.
         self.once = retry is None and timeout is None
         self.timed = on_outcome is not None or self.tally.histogram is not None or self.debug
+        # Whether a failure is handed on as a _Failed rather than as None.
+        self.mark_failures = self.mark_errors or self.gives_up
         self.entries_matter = on_outcome is not None or self.values_matter
 
     # -- one item ----------------------------------------------------------------------
@@ -406,7 +413,7 @@ class _Service(Generic[T]):
                 raise
             tally.failed += 1
             logger.warning("%s failed after 1 attempt(s): %r", self.label(item), error)
-            return _Failed(error) if self.mark_errors else None
+            return _Failed(error) if self.mark_failures else None
         except BaseException:
             tally.cut += 1
             raise
@@ -458,7 +465,7 @@ class _Service(Generic[T]):
                 raise
             if tried is None:  # a drain cut its backoff
                 tally.cut += 1
-                return None
+                return _CUT if self.gives_up else None
             attempts, value, error = tried
         if error is not None:
             if self.raise_errors:
@@ -500,7 +507,7 @@ class _Service(Generic[T]):
             await self.on_outcome(
                 ServedItem(item, name, error is None, value, error, attempts, duration, False)
             )
-        if error is not None and self.mark_errors:
+        if error is not None and self.mark_failures:
             return _Failed(error)
         return value
 
@@ -520,6 +527,8 @@ class _Service(Generic[T]):
                 ServedItem(item, name, entry.ok, entry.value, entry.error, entry.attempts,
                            entry.duration_s, True)
             )  # fmt: skip
+        if not entry.ok and self.gives_up:
+            return _Failed(entry.error)  # type: ignore[arg-type]
         return entry.value
 
     async def attempt(self, item: T, name: str | None) -> _Tried | None:
@@ -693,10 +702,50 @@ class _Failed:
         self.error = error
 
 
+class _GaveUpOn(SampleSource[Any, Any]):
+    """A :class:`~sluicegate.SampleSource` as :func:`serve` binds it.
+
+    ``on_complete`` hears what ``run`` returned, as under
+    :func:`~sluicegate.run_stream`; an item that returned nothing (it failed
+    and was recorded, a drain cut its retries short, or the journal holds
+    it as an error) is reported to ``on_abandoned`` instead, since under
+    ``serve()`` the stream goes on past it.
+    """
+
+    def __init__(self, inner: SampleSource[Any, Any]) -> None:
+        self._inner = inner
+
+    @staticmethod
+    def fits(source: object) -> bool:
+        """Whether ``source`` is a SampleSource bound the standard way."""
+        return (
+            isinstance(source, SampleSource)
+            and type(source).bind_run is SampleSource.bind_run
+        )
+
+    def initial(self) -> Sequence[Any]:
+        return self._inner.initial()
+
+    async def next(self) -> Sequence[Any] | None:
+        return await self._inner.next()
+
+    async def on_complete(self, item: Any, result: Any) -> Sequence[Any] | None:
+        if type(result) is _Failed or result is _CUT:
+            await self._inner.on_abandoned(item)
+            return None
+        return await self._inner.on_complete(item, result)
+
+    async def on_abandoned(self, item: Any) -> None:
+        await self._inner.on_abandoned(item)
+
+    def _admit(self, items: Iterable[Any], rollout: int | None) -> Iterable[Any]:
+        return self._inner._admit(items, rollout)
+
+
 _Tried = tuple[int, Any, BaseException | None]  # attempts, value, error
 _NULL: tuple[str, ValueFormat] = ("null", "json")  # encode_value(None)
 _BACKLOG = 1024  # uncommitted rows before a service without on_outcome waits
-_CUT: Any = object()  # attempt()'s answer for an item a drain cut short
+_CUT: Any = object()  # what a SampleSource's run returns for an item a drain cut short
 
 
 def _describe(retry: Retry) -> str:
