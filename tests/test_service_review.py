@@ -95,7 +95,7 @@ async def test_a_plain_function_as_run_is_refused_before_anything_runs(tmp_path:
     path = tmp_path / "j" / "j.db"
     for run in (charge, Charger(), functools.partial(charge)):
         source = Untouchable()
-        with pytest.raises(TypeError, match="run must be an async function.*plain function"):
+        with pytest.raises(TypeError, match=r"run must be an async function.*plain function"):
             await serve(source, run, window=2, key=str, journal=path, signals=())  # type: ignore[arg-type]
         assert not source.touched
     assert charged == []
@@ -114,7 +114,11 @@ async def test_a_plain_on_outcome_is_refused_up_front(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("bad", "says"),
-    [(signal.SIGKILL, "SIGKILL cannot be caught"), (signal.SIGSTOP, "SIGSTOP"), (12345, "12345 is not")],
+    [
+        (signal.SIGKILL, "SIGKILL cannot be caught"),
+        (signal.SIGSTOP, "SIGSTOP"),
+        (12345, "12345 is not"),
+    ],
 )
 async def test_signals_that_cannot_be_taken_are_refused_before_the_journal_is_made(
     tmp_path: Path, bad: int, says: str

@@ -61,12 +61,19 @@ def _show(args: argparse.Namespace) -> int:
     if last:
         shown = f"last {len(last)} of {counts['error']:,}" if counts["error"] > len(last) else "all"
         print(f"errors ({shown}; `sluicegate journal errors {args.path}` for tracebacks):")
-        for entry in reversed(last):
+        # Oldest first, newest last, as `journal errors` and --json list them.
+        for entry in last:
             print(f"  {_when(entry)}  {entry.key}  {_headline(entry)}")
     return 0
 
 
 def _errors(args: argparse.Namespace) -> int:
+    if args.last is not None and args.last < 1:
+        print(
+            f"sluicegate journal errors: --last must be an integer >= 1, got {args.last}",
+            file=sys.stderr,
+        )
+        return 2
     journal = Journal(args.path)
     try:
         entries = journal.errors(last=args.last)
@@ -100,12 +107,14 @@ def register(commands: Any) -> None:
         description="Read the SQLite journal of a service; safe while the service runs.",
     )
     actions = journal.add_subparsers(dest="journal_command", metavar="ACTION", required=True)
-    show = actions.add_parser("show", help="counts by status and the last errors")
+    show = actions.add_parser("show", help="counts by status and the last errors, oldest first")
     show.add_argument("path", metavar="PATH", help="the journal file")
     show.add_argument("--json", action="store_true", help='print {"ok": N, "error": M, ...}')
     show.set_defaults(handler=_show)
     errors = actions.add_parser("errors", help="the recorded errors (dead letters), tracebacks too")
     errors.add_argument("path", metavar="PATH", help="the journal file")
-    errors.add_argument("--last", type=int, metavar="N", help="only the N most recent")
+    errors.add_argument(
+        "--last", type=int, metavar="N", help="only the N most recent (N >= 1), oldest first"
+    )
     errors.add_argument("--json", action="store_true", help="print them as a JSON list")
     errors.set_defaults(handler=_errors)

@@ -308,12 +308,21 @@ class Journal:
         """The recorded errors (dead letters), oldest first.
 
         Args:
-            last: Only the ``last`` most recent ones.
+            last: Only the ``last`` most recent ones (an int >= 1), still
+                oldest first.
 
         Raises:
+            TypeError: ``last`` is not an int.
+            ValueError: ``last`` is below 1.
             FileNotFoundError: there is no file at the path.
             JournalError: the file is not a sluicegate journal or is damaged.
         """
+        if last is not None:
+            if isinstance(last, bool) or not isinstance(last, int):
+                raise TypeError(f"last must be an int >= 1 or None, not {last!r}")
+            if last < 1:
+                # SQL would take LIMIT 0 as "none" and LIMIT -1 as "all".
+                raise ValueError(f"last must be >= 1, got {last}")
         query = f"SELECT {_COLUMNS} FROM items WHERE status = 'error' ORDER BY finished DESC"
         with self._reader() as db:
             if last is None:
@@ -348,9 +357,7 @@ class Journal:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             if not os.access(path.parent, os.W_OK | os.X_OK):
                 # SQLite writes its -wal and -shm files beside the journal.
-                raise PermissionError(
-                    errno.EACCES, f"its directory {path.parent} is not writable"
-                )
+                raise PermissionError(errno.EACCES, f"its directory {path.parent} is not writable")
             descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
             os.close(descriptor)
         except OSError as exc:

@@ -718,10 +718,7 @@ class _GaveUpOn(SampleSource[Any, Any]):
     @staticmethod
     def fits(source: object) -> bool:
         """Whether ``source`` is a SampleSource bound the standard way."""
-        return (
-            isinstance(source, SampleSource)
-            and type(source).bind_run is SampleSource.bind_run
-        )
+        return isinstance(source, SampleSource) and type(source).bind_run is SampleSource.bind_run
 
     def initial(self) -> Sequence[Any]:
         return self._inner.initial()
