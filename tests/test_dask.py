@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import operator
 import pickle
 import threading
@@ -278,6 +279,34 @@ async def test_an_item_that_cannot_be_pickled_fails_alone(address: str) -> None:
             await run_stream(items, dask.remote(repr), window=3)
     assert "sluicegate: raised by the run of item 1" in caught.value.__notes__
     assert "sluicegate: the item could not be sent to the cluster" in caught.value.__notes__
+
+
+class Kept(logging.Handler):
+    """Keeps the records of the logger it is added to."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+async def test_an_item_that_cannot_be_pickled_is_logged_once_not_once_per_sending(
+    address: str,
+) -> None:
+    # Dask logs the refused batch at ERROR with a traceback; sent again on
+    # its own, the culprit fails with the same TypeError, not a second log.
+    dask_pickle = logging.getLogger("distributed.protocol.pickle")
+    kept = Kept()
+    dask_pickle.addHandler(kept)
+    try:
+        async with open_dask(address) as dask:
+            with pytest.raises(TypeError):
+                await run_stream([1, threading.Lock(), 3], dask.remote(repr), window=3)
+    finally:
+        dask_pickle.removeHandler(kept)
+    assert [record.levelname for record in kept.records] == ["ERROR"]
 
 
 # -- drain -------------------------------------------------------------------------

@@ -37,7 +37,9 @@ class FakeEngine:
     def prepare(self, fn: Callable[[Any], Any]) -> Hashable:
         return fn
 
-    def submit(self, call: Any, items: Sequence[Any], done: Sequence[Any]) -> list[int]:
+    def submit(
+        self, call: Any, items: Sequence[Any], done: Sequence[Any], *, again: bool = False
+    ) -> list[int]:
         self.batches.append(list(items))
         handles = []
         for item, callback in zip(items, done, strict=True):

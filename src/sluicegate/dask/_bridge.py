@@ -53,12 +53,18 @@ class Engine(Protocol):
         """
         ...
 
-    def submit(self, call: Hashable, items: Sequence[Any], done: Sequence[Done], /) -> list[Any]:
+    def submit(
+        self, call: Hashable, items: Sequence[Any], done: Sequence[Done], /, *, again: bool = False
+    ) -> list[Any]:
         """Start ``call(item)`` for each item; return one handle per item.
 
         ``done[i]`` must be called exactly once with the outcome of item
         ``i`` (a cancelled item may be reported either way, or not at all),
         from any thread, never from inside this call.
+
+        ``again`` is true when the items were in a batch this method just
+        refused and are sent one by one: the engine had its say about that
+        failure (a log line, say) and should not repeat it.
 
         Raises:
             Exception: if the batch could not be sent; then nothing of it was.
@@ -246,20 +252,21 @@ class Bridge:
                 if queued:
                     self._submit(call, queued)
 
-    def _submit(self, call: Hashable, slots: list[_Slot]) -> None:
+    def _submit(self, call: Hashable, slots: list[_Slot], *, again: bool = False) -> None:
         finished = self._finished_elsewhere
         try:
             handles = self._engine.submit(
                 call,
                 [slot.item for slot in slots],
                 [functools.partial(finished, slot) for slot in slots],
+                again=again,
             )
         except Exception as exc:
             if len(slots) > 1:
                 # One bad item (say, one that cannot be pickled) refuses the
                 # whole batch: send them one by one so only the culprit fails.
                 for slot in slots:
-                    self._submit(call, [slot])
+                    self._submit(call, [slot], again=True)
                 return
             exc.add_note("sluicegate: the item could not be sent to the cluster")
             self._wake(slots[0], outcome.Error(exc))

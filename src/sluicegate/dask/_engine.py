@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar, final
 
 import outcome
@@ -108,8 +110,17 @@ class DaskEngine:
             raise TypeError(f"{fn!r} cannot be pickled to send to the cluster: {exc}") from exc
         return call
 
-    def submit(self, call: Any, items: Sequence[Any], done: Sequence[Done]) -> list[Future[Any]]:
-        futures = self._client.map(call, items, key=funcname(call.fn), pure=False)
+    def submit(
+        self, call: Any, items: Sequence[Any], done: Sequence[Done], *, again: bool = False
+    ) -> list[Future[Any]]:
+        if again:
+            # Dask logged the batch's pickling failure with a full traceback
+            # at ERROR; the item failing again here raises a clean TypeError
+            # in its run, and a second traceback would only repeat the first.
+            with _quiet_here(_PICKLE_LOGGER):
+                futures = self._client.map(call, items, key=funcname(call.fn), pure=False)
+        else:
+            futures = self._client.map(call, items, key=funcname(call.fn), pure=False)
         self._loop.add_callback(self._watch, futures, done)
         return futures
 
@@ -130,6 +141,31 @@ class DaskEngine:
 
     async def _deliver(self, future: Future[Any], callback: Done) -> None:
         callback(await _outcome(future))
+
+
+_PICKLE_LOGGER = logging.getLogger("distributed.protocol.pickle")
+
+
+class _NotFromThread(logging.Filter):
+    """Drops the records one thread logs; other threads' pass."""
+
+    def __init__(self, thread: int) -> None:
+        super().__init__()
+        self._thread = thread
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread != self._thread
+
+
+@contextlib.contextmanager
+def _quiet_here(logger: logging.Logger) -> Iterator[None]:
+    """Silence ``logger`` for the calling thread only (Dask's threads keep logging)."""
+    muted = _NotFromThread(threading.get_ident())
+    logger.addFilter(muted)
+    try:
+        yield
+    finally:
+        logger.removeFilter(muted)
 
 
 async def _outcome(future: Future[Any]) -> outcome.Outcome[Any]:
