@@ -309,6 +309,29 @@ async def test_an_item_that_cannot_be_pickled_is_logged_once_not_once_per_sendin
     assert [record.levelname for record in kept.records] == ["ERROR"]
 
 
+class Locked(Exception):
+    """An exception that holds a lock, so it cannot be pickled."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+def raise_locked(n: int) -> int:
+    raise Locked(f"item {n} holds a lock")
+
+
+async def test_a_remote_exception_that_does_not_pickle_comes_back_as_a_plain_exception(
+    address: str,
+) -> None:
+    # What docs/scaling.md says: Dask sends back Exception(repr(original)).
+    async with open_dask(address) as dask:
+        with pytest.raises(Exception) as caught:
+            await dask.remote(raise_locked)(3)
+    assert type(caught.value) is Exception
+    assert caught.value.args == ("Locked('item 3 holds a lock')",)
+
+
 # -- drain -------------------------------------------------------------------------
 
 

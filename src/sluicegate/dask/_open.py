@@ -40,10 +40,14 @@ class RemoteRun(Generic[T, R]):
         """Run ``fn(item)`` on the cluster and return its result.
 
         Raises:
-            Exception: what ``fn`` raised on the worker, as itself;
+            Exception: what ``fn`` raised on the worker, as itself when it
+                pickles; one that does not (or whose class cannot be
+                imported here) arrives as a plain ``Exception`` whose one
+                argument is the original's ``repr()``, as Dask sends it.
                 :class:`~sluicegate.dask.RemoteCancelled` if the cluster
                 cancelled the work; what sending the item raised (an item
-                that cannot be pickled).
+                that cannot be pickled); Dask's ``TypeError`` for a result
+                that cannot be pickled.
             RuntimeError: if its ``open_dask()`` block has ended.
         """
         result: R = await self._bridge.call(self._call, item)
@@ -97,8 +101,10 @@ class DaskBridge:
         Returns:
             The async run. Awaiting it returns what ``fn`` returned, raises
             what ``fn`` raised (the same exception type, with the worker's
-            traceback), or raises :class:`~sluicegate.dask.RemoteCancelled`
-            if the cluster dropped the work.
+            traceback, if the exception pickles; otherwise a plain
+            ``Exception`` holding its ``repr()``: Dask cannot send it), or
+            raises :class:`~sluicegate.dask.RemoteCancelled` if the cluster
+            dropped the work.
 
         Raises:
             TypeError: if ``fn`` is not callable or cannot be pickled.
@@ -147,6 +153,10 @@ async def open_dask(
     so trio is not blocked; the close-out is shielded from cancellation.
     When the block ends, work of this bridge still on the cluster is
     cancelled.
+
+    A remote failure is raised as itself when its exception pickles; one
+    that does not arrives as a plain ``Exception`` holding the original's
+    ``repr()`` (see :meth:`DaskBridge.remote`).
 
     Args:
         address: A scheduler address, such as ``"tcp://10.0.0.5:8786"``.
