@@ -395,30 +395,53 @@ class _Service(Generic[T]):
             and self.tally.histogram is None
             and not self.debug
         ):
-            return self.lean
+            return self.lean if self.key is None else self.lean_keyed
         return self.served
 
-    async def lean(self, item: T) -> Any:
-        """:meth:`served` with no journal, retry, timeout, callback or latencies to keep."""
-        if self.key is not None:
-            # Called as served() calls it, so a bad key fails the service
-            # whichever wrapper the logging level picked.
-            _key_of(self.key, item)
+    async def lean_keyed(self, item: T) -> Any:
+        """:meth:`lean` that asks the item's key first, as :meth:`served` does.
+
+        So that a bad key fails the service whichever wrapper the logging
+        level picked. Written out rather than calling :meth:`lean`: a second
+        coroutine per item would cost more than the key itself, and a
+        service without ``key`` does not pay for the check.
+        """
+        name = self.key(item)  # type: ignore[misc]
+        if type(name) is not str:
+            _check_key(name)
         tally = self.tally
         tally.pulled += 1
         try:
             value = await self.run(item)
         except Exception as error:
-            if self.raise_errors:
-                raise
-            tally.failed += 1
-            logger.warning("%s failed after 1 attempt(s): %r", self.label(item), error)
-            return _Failed(error) if self.mark_failures else None
+            return self.lean_failed(item, error)
         except BaseException:
             tally.cut += 1
             raise
         tally.ok += 1
         return value
+
+    async def lean(self, item: T) -> Any:
+        """:meth:`served` with no journal, retry, timeout, callback or latencies to keep."""
+        tally = self.tally
+        tally.pulled += 1
+        try:
+            value = await self.run(item)
+        except Exception as error:
+            return self.lean_failed(item, error)
+        except BaseException:
+            tally.cut += 1
+            raise
+        tally.ok += 1
+        return value
+
+    def lean_failed(self, item: T, error: Exception) -> Any:
+        """What :meth:`lean` does with a failure: raise it, or count and log it."""
+        if self.raise_errors:
+            raise error
+        self.tally.failed += 1
+        logger.warning("%s failed after 1 attempt(s): %r", self.label(item), error)
+        return _Failed(error) if self.mark_failures else None
 
     async def served(self, item: T) -> Any:
         """Run one item and record it; the window place is held until it is acknowledged.
