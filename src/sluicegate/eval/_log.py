@@ -72,18 +72,42 @@ def _dumps_escaped(data: Any, indent: int | None = None) -> str:
     return json.dumps(data, ensure_ascii=True, allow_nan=False, indent=indent)
 
 
+def _safe_repr(value: object) -> str:
+    """``repr(value)``, or a description of ``value`` when its ``repr()`` raises.
+
+    An integer of more than 4300 digits and an object whose ``__repr__``
+    raises have no ``repr()``; their row must still be written.
+    """
+    try:
+        return repr(value)
+    except Exception as exc:
+        return f"<{type(value).__qualname__} object: repr() raised {type(exc).__name__}: {exc}>"
+
+
+def _encodes(value: Any) -> bool:
+    try:
+        _dumps(converter.unstructure(value))
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
+
+
 def encode_row(row: Row) -> str:
     """The line of ``results.jsonl`` for ``row``, without its newline.
 
     A result the converter or strict JSON cannot take (an arbitrary object,
-    a ``NaN``, a lone surrogate, a dict keyed by tuples) is replaced by its
-    ``repr()`` and marked with ``result_repr``: the row is never lost.
+    a ``NaN``, a lone surrogate, a dict keyed by tuples, an integer too long
+    to print) is replaced by its ``repr()`` and marked with ``result_repr``;
+    other text that is not valid UTF-8 (a lone surrogate in a task id or an
+    error message) is written as ``\\u`` escapes. The row is never lost.
     """
     try:
         return _dumps(converter.unstructure(row))
     except (TypeError, ValueError, RecursionError):
         pass
-    data = converter.unstructure(attrs.evolve(row, result=repr(row.result), result_repr=True))
+    if not _encodes(row.result):
+        row = attrs.evolve(row, result=_safe_repr(row.result), result_repr=True)
+    data = converter.unstructure(row)
     try:
         return _dumps(data)
     except ValueError:

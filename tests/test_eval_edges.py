@@ -1,0 +1,95 @@
+"""``sluicegate eval`` at its edges: the second review's findings, one test (or more) each.
+
+Each test fails without the fix it names; the review's repro is the test's
+starting point.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from sluicegate import Task, Taskset
+from sluicegate.eval import evaluate
+
+
+def rows(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def run_json(out: Path) -> dict[str, Any]:
+    return json.loads((out / "run.json").read_text())  # type: ignore[no-any-return]
+
+
+def tasks(*inputs: Any, ids: tuple[str, ...] = ()) -> Taskset[Task]:
+    if ids:
+        return Taskset.from_iterable([Task(input=i, id=n) for i, n in zip(inputs, ids, strict=True)])
+    return Taskset.from_iterable([Task(input=i) for i in inputs])
+
+
+class Env:
+    def __init__(self, taskset: Any, run: Any = None, score: Any = None) -> None:
+        self.taskset = taskset
+        self._run = run
+        if score is not None:
+            self.score = score
+
+    async def run(self, task: Any) -> Any:
+        if self._run is not None:
+            return await self._run(task)
+        await trio.sleep(1)
+        return task.input
+
+
+# -- B5: a result without a repr() is still written ------------------------------------
+
+
+class NoRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+async def test_a_result_whose_repr_fails_keeps_its_row(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    results = {1: {"factorial": math.factorial(2000)}, 2: NoRepr(), 3: "fine"}
+
+    async def run(task: Task) -> Any:
+        return results[task.input]
+
+    report = await evaluate(Env(tasks(1, 2, 3), run), output_dir=tmp_path)
+    assert (report.stop_reason, report.ok) == ("completed", 3)
+    got = {row["task_id"]: row for row in rows(tmp_path)}
+    assert got["1"]["result_repr"] and "ValueError" in got["1"]["result"]
+    assert got["2"]["result_repr"] and "RuntimeError: no repr" in got["2"]["result"]
+    assert (got["3"]["result"], got["3"]["result_repr"]) == ("fine", False)
+    again = await evaluate(Env(tasks(1, 2, 3), run), output_dir=tmp_path, resume=True)
+    assert (again.passed, again.ok) == (True, 3)
+
+
+# -- B12: text outside the result is escaped, the result left alone --------------------
+
+
+async def test_a_lone_surrogate_outside_the_result_does_not_touch_the_result(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    async def run(task: Task) -> Any:
+        if task.id == "b":
+            raise ValueError("model output: \udcff")
+        return {"answer": "fine"}
+
+    env = Env(tasks(1, 2, ids=("doc-\ud800", "b")), run)
+    report = await evaluate(env, output_dir=tmp_path, fail_on_error=5)
+    assert (report.ok, report.errors) == (1, 1)
+    data = (tmp_path / "results.jsonl").read_bytes()
+    data.decode("utf-8")  # valid UTF-8 throughout
+    got = {row["task_id"]: row for row in rows(tmp_path)}
+    assert got["doc-\ud800"]["result"] == {"answer": "fine"}
+    assert got["doc-\ud800"]["result_repr"] is False
+    assert got["b"]["result"] is None and got["b"]["result_repr"] is False
+    assert got["b"]["error"]["message"] == "model output: \udcff"
