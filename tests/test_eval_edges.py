@@ -93,3 +93,67 @@ async def test_a_lone_surrogate_outside_the_result_does_not_touch_the_result(
     assert got["doc-\ud800"]["result_repr"] is False
     assert got["b"]["result"] is None and got["b"]["result_repr"] is False
     assert got["b"]["error"]["message"] == "model output: \udcff"
+
+
+# -- B4: one session at a time on a run directory --------------------------------------
+
+
+async def test_a_second_session_on_a_running_directory_is_refused(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    out = tmp_path / "run"
+    started, finish = trio.Event(), trio.Event()
+
+    async def run(task: Task) -> Any:
+        started.set()
+        await finish.wait()
+        return task.input
+
+    env = Env(tasks(1, 2, 3), run)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: evaluate(env, output_dir=out))
+        await started.wait()
+        with trio.fail_after(100), pytest.raises(ValueError, match=f"{out} is in use by another"):
+            await evaluate(env, output_dir=out, resume=True)
+        finish.set()
+    record = run_json(out)
+    assert [session["stop_reason"] for session in record["sessions"]] == ["completed"]
+    assert len(rows(out)) == 3
+    # The lock is let go at the end: a resume now goes ahead.
+    again = await evaluate(env, output_dir=out, resume=True)
+    assert (again.passed, again.ok) == (True, 3)
+    assert len(run_json(out)["sessions"]) == 2
+
+
+async def test_a_new_run_into_an_existing_directory_takes_the_lock_too(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    out = tmp_path / "empty"
+    out.mkdir()
+    started, finish = trio.Event(), trio.Event()
+
+    async def run(task: Task) -> Any:
+        started.set()
+        await finish.wait()
+        return task.input
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: evaluate(Env(tasks(1), run), output_dir=out))
+        await started.wait()
+        with trio.fail_after(100), pytest.raises(ValueError, match="in use by another"):
+            await evaluate(Env(tasks(1), run), output_dir=out, resume=True)
+        finish.set()
+    assert len(rows(out)) == 1
+
+
+async def test_without_fcntl_an_evaluation_runs_unlocked(
+    tmp_path: Path, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "fcntl", None)  # import fcntl now raises ImportError
+    report = await evaluate(Env(tasks(1, 2)), output_dir=tmp_path / "a")
+    assert report.passed
+    assert not (tmp_path / "a" / ".lock").exists()
+    again = await evaluate(Env(tasks(1, 2)), output_dir=tmp_path / "a", resume=True)
+    assert again.passed and again.ok == 2

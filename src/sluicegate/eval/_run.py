@@ -38,6 +38,7 @@ from ._log import (
     TORN,
     Previous,
     RunLog,
+    SessionLock,
     check_new,
     read_results,
     read_run_record,
@@ -73,6 +74,7 @@ class _Setup:
     kind: Kind
     earlier: RunRecord | None
     previous: Previous | None
+    lock: SessionLock | None = None
 
     @property
     def done(self) -> Collection[tuple[str, int]]:
@@ -154,14 +156,21 @@ def _setup(
         raise UsageError(
             f"--resume refused: this command differs from the run in {output}: " + "; ".join(found)
         )
-    previous = read_results(output)
+    # Before reading the rows: a session still writing them must not be
+    # joined by another, and setting aside a torn line is a write.
+    lock = SessionLock.take(output)
+    try:
+        previous = read_results(output)
+    except BaseException:
+        lock.release()
+        raise
     if previous.set_aside is not None:
         warnings.warn(
             f"set aside a torn last line of {output / RESULTS} (kept in {output / TORN})",
             UserWarning,
             stacklevel=3,
         )
-    return _Setup(parts, config, kind, earlier, previous)
+    return _Setup(parts, config, kind, earlier, previous, lock)
 
 
 @asynccontextmanager
@@ -302,6 +311,59 @@ def _summary(record: RunRecord, setup: _Setup, tally: Tally) -> Summary:
     )
 
 
+async def _session(
+    setup: _Setup,
+    shown: Display | None,
+    drain: Drain | None,
+    signals: bool,
+    trace: Recorder | Literal[True] | None,
+    dask: str | DaskBridge | None,
+) -> tuple[RunRecord, Tally]:
+    """Plan and run the rollouts, then write the final ``run.json``; returns it and the tally."""
+    config = setup.config
+    tally = Tally(concurrency=config.concurrency, started=trio.current_time())
+    drain = drain if drain is not None else Drain()
+    # The first signal stops waiting for a load() still reading; the second
+    # cancels the rollouts in flight.
+    startup, cancel = trio.CancelScope(), trio.CancelScope()
+    async with (
+        drain_on_signals(
+            drain,
+            signals=DEFAULT_SIGNALS if signals else (),
+            cancel_scope=cancel,
+            on_signal=lambda _, __: startup.cancel(),
+        ),
+        # The cluster before the display: a refusal from it is shown alone.
+        _attempts(dask, setup.parts, config) as (attempt, timeout),
+        _showing(shown, tally),
+    ):
+        source: Source | None = None
+        with startup:
+            source = await plan(setup.kind, setup.parts.taskset, config, setup.done, tally, signals)
+        tally.add_resumed(setup.previous.ok.values() if setup.previous else ())
+        log = RunLog(
+            Path(config.output), begin(config, setup.parts.name, setup.earlier), setup.lock
+        )
+        stop: StopReason = "interrupted"
+        error: str | None = None
+        try:
+            if source is not None:
+                rollout = Rollouts(setup.parts, tally, drain, config.retry(), timeout, attempt)
+                traced = (
+                    recording(log.directory, label=_slot_label)
+                    if trace is True
+                    else contextlib.nullcontext(trace)
+                )
+                with cancel, traced as recorder:
+                    stop, error = await _run_slots(source, rollout, config, log, tally, recorder)
+        finally:
+            # Written however the session ends, a KeyboardInterrupt or an
+            # outside cancellation included: run.json never stays unfinished.
+            stop, error = _stopped(stop, error, drain, cancel)
+            record = log.close(end(log.record, stop, error, tally))
+    return record, tally
+
+
 async def evaluate(
     env: object = None,
     *,
@@ -394,45 +456,13 @@ async def evaluate(
         fail_on_error=fail_on_error,
         min_score=min_score,
     )
-    config = setup.config
-    tally = Tally(concurrency=config.concurrency, started=trio.current_time())
-    drain = drain if drain is not None else Drain()
-    # The first signal stops waiting for a load() still reading; the second
-    # cancels the rollouts in flight.
-    startup, cancel = trio.CancelScope(), trio.CancelScope()
-    async with (
-        drain_on_signals(
-            drain,
-            signals=DEFAULT_SIGNALS if signals else (),
-            cancel_scope=cancel,
-            on_signal=lambda _, __: startup.cancel(),
-        ),
-        # The cluster before the display: a refusal from it is shown alone.
-        _attempts(dask, setup.parts, config) as (attempt, timeout),
-        _showing(shown, tally),
-    ):
-        source: Source | None = None
-        with startup:
-            source = await plan(setup.kind, setup.parts.taskset, config, setup.done, tally, signals)
-        tally.add_resumed(setup.previous.ok.values() if setup.previous else ())
-        log = RunLog(Path(config.output), begin(config, setup.parts.name, setup.earlier))
-        stop: StopReason = "interrupted"
-        error: str | None = None
-        try:
-            if source is not None:
-                rollout = Rollouts(setup.parts, tally, drain, config.retry(), timeout, attempt)
-                traced = (
-                    recording(log.directory, label=_slot_label)
-                    if trace is True
-                    else contextlib.nullcontext(trace)
-                )
-                with cancel, traced as recorder:
-                    stop, error = await _run_slots(source, rollout, config, log, tally, recorder)
-        finally:
-            # Written however the session ends, a KeyboardInterrupt or an
-            # outside cancellation included: run.json never stays unfinished.
-            stop, error = _stopped(stop, error, drain, cancel)
-            record = log.close(end(log.record, stop, error, tally))
+    try:
+        record, tally = await _session(setup, shown, drain, signals, trace, dask)
+    finally:
+        # The session's own lock (a resume's, taken before anything was read);
+        # a RunLog lets go of its lock itself.
+        if setup.lock is not None:
+            setup.lock.release()
     # After the live display has stopped, so that the summary stands alone.
     _conclude(shown, record, setup, tally)
-    return EvalReport.of(record, log.directory)
+    return EvalReport.of(record, Path(record.config.output))
