@@ -17,6 +17,8 @@ import trio
 from sluicegate import Task, Taskset
 from sluicegate.eval import evaluate
 
+ENVS = Path(__file__).parent / "eval_envs"
+
 
 def rows(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
@@ -157,3 +159,43 @@ async def test_without_fcntl_an_evaluation_runs_unlocked(
     assert not (tmp_path / "a" / ".lock").exists()
     again = await evaluate(Env(tasks(1, 2)), output_dir=tmp_path / "a", resume=True)
     assert again.passed and again.ok == 2
+
+
+# -- B6: --retry-on names a class of the TARGET file; classes are kept as given --------
+
+
+async def test_retry_on_a_class_of_the_target_file(tmp_path: Path, autojump_clock: Any) -> None:
+    import sys
+
+    target = f"{ENVS / 'retryon.py'}:env"
+    report = await evaluate(
+        target, output_dir=tmp_path / "r", retries=3, retry_on=["retryon:RateLimited"]
+    )
+    assert (report.passed, report.ok) == (True, 1)
+    [row] = rows(tmp_path / "r")
+    assert (row["status"], row["attempts"]) == ("ok", 3)
+    assert "retryon" not in sys.modules  # the file was not imported a second time
+    assert run_json(tmp_path / "r")["config"]["retry_on"] == ["retryon:RateLimited"]
+
+
+async def test_retry_on_takes_a_class_that_cannot_be_imported_by_name(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    class LocalError(Exception):
+        pass
+
+    tries = 0
+
+    async def run(task: Task) -> int:
+        nonlocal tries
+        tries += 1
+        if tries < 3:
+            raise LocalError("flaky")
+        return 1
+
+    report = await evaluate(
+        Env(tasks(1), run), output_dir=tmp_path, retries=2, retry_on=[LocalError]
+    )
+    assert (report.passed, tries) == (True, 3)
+    recorded = run_json(tmp_path)["config"]["retry_on"]
+    assert recorded == [f"{__name__}:{LocalError.__qualname__}"]

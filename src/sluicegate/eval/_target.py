@@ -24,7 +24,7 @@ import attrs
 
 from .._dynamic import SampleSource
 from .._taskset import Taskset
-from ._config import UsageError
+from ._config import TARGET_MODULE, UsageError
 
 __all__ = [
     "Environment",
@@ -234,7 +234,7 @@ def _load_file(path: Path) -> ModuleType:
     if not path.is_file():
         raise UsageError(f"TARGET file {str(path)!r} does not exist")
     path = path.resolve()
-    name = f"_sluicegate_eval_target_{path.stem}"
+    name = f"{TARGET_MODULE}{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise UsageError(f"TARGET file {str(path)!r} cannot be imported as Python")
