@@ -199,3 +199,29 @@ async def test_retry_on_takes_a_class_that_cannot_be_imported_by_name(
     assert (report.passed, tries) == (True, 3)
     recorded = run_json(tmp_path)["config"]["retry_on"]
     assert recorded == [f"{__name__}:{LocalError.__qualname__}"]
+
+
+# -- B7: a factory that exits or raises is refused in one line ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        ("exits", "exits() called sys.exit(0)"),
+        ("raises", "raises() raised RuntimeError: set API_KEY"),
+        ("raises_type_error", "raises_type_error() raised TypeError: bad config value"),
+        ("needs", "is callable but not a zero-argument factory"),
+    ],
+)
+def test_a_factory_that_exits_or_raises_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], factory: str, message: str
+) -> None:
+    from sluicegate.cli import main
+
+    out = tmp_path / "out"
+    target = f"{ENVS / 'factories.py'}:{factory}"
+    assert main(["eval", target, "-o", str(out), "--display", "none"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sluicegate eval: error: "), lines
+    assert message in lines[0]
+    assert not out.exists()
