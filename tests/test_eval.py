@@ -169,12 +169,27 @@ async def test_id_filter_on_an_endless_source_stops_after_the_last_wanted_id(
 ) -> None:
     taskset = Feed() if kind == "feed" else Infinite()
     with trio.fail_after(1_000):
-        outcome = await go(tmp_path, Env(taskset), "-n", "5", "--id", "3", "--id", "7")
+        outcome = await go(tmp_path, Env(taskset), "-n", "10", "--id", "3", "--id", "7")
     assert outcome.exit_status == 0
     assert sorted(r["task_id"] for r in rows(tmp_path)) == ["3", "7"]
     if isinstance(taskset, Feed):
         assert taskset.pulls == 7
         assert taskset.closed
+
+
+@pytest.mark.parametrize("kind", ["feed", "infinite"])
+async def test_with_id_n_bounds_the_tasks_read_and_names_the_ids_never_seen(
+    tmp_path: Path, autojump_clock: Any, kind: str
+) -> None:
+    taskset = Feed() if kind == "feed" else Infinite()
+    with trio.fail_after(1_000), pytest.warns(UserWarning) as caught:
+        outcome = await go(tmp_path, Env(taskset), "-n", "5", "--id", "3", "--id", "nope")
+    assert [r["task_id"] for r in rows(tmp_path)] == ["3"]
+    assert outcome.stop_reason == "completed"
+    [warning] = [w for w in caught if "--id" in str(w.message)]
+    assert str(warning.message) == "--id matched no task among the 5 read for: nope"
+    if isinstance(taskset, Feed):
+        assert (taskset.pulls, taskset.closed) == (5, True)
 
 
 async def test_id_filter_and_shuffle_on_a_static_set(tmp_path: Path, autojump_clock: Any) -> None:

@@ -287,11 +287,15 @@ async def _identified(
     stream: AsyncIterator[Any], book: IdBook, config: EvalConfig
 ) -> AsyncIterator[tuple[str, Any]]:
     # Ids are unique, so once every wanted id has been seen nothing further
-    # can match: stop reading instead of waiting on the feed forever.
+    # can match: stop reading instead of waiting on the feed forever. The
+    # caller bounds `stream` to -n tasks, so a wanted id that never comes
+    # cannot keep the feed open either.
     ids = frozenset(config.ids)
     missing = set(ids)
+    read = 0
     try:
         async for task in stream:
+            read += 1
             task_id, task = book.assign(_prompted(task, config.system_prompt))
             if ids and task_id not in ids:
                 continue
@@ -299,6 +303,12 @@ async def _identified(
             missing.discard(task_id)
             if ids and not missing:
                 return
+        if missing:
+            warnings.warn(
+                f"--id matched no task among the {read} read for: {', '.join(sorted(missing))}",
+                UserWarning,
+                stacklevel=1,
+            )
     finally:
         await _aclose(stream)
 
@@ -447,9 +457,10 @@ async def plan(
         return EvalSource(taskset, config, tally)
     if kind is Kind.STATIC:
         return await _static_slots(config, taskset, done, tally, threaded)
-    tasks: AsyncIterator[tuple[str, Any]] = _identified(
-        aiter(taskset.stream()), IdBook(config.rollouts), config
-    )
-    if config.num_tasks is not None:
-        tasks = take(tasks, config.num_tasks)
+    # -n bounds the tasks *read*, before --id filters them: a stream has no
+    # end to wait for, so an id that never arrives must not keep it open.
+    # (check() made sure -n is given.)
+    assert config.num_tasks is not None
+    read: AsyncIterator[Any] = take(taskset.stream(), config.num_tasks)
+    tasks = _identified(read, IdBook(config.rollouts), config)
     return _expanded(tasks, config.rollouts, done, tally)
