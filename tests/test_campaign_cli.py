@@ -289,6 +289,30 @@ def test_displays(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
         assert ("panel_exhausted" in out) == (extra != ["--display", "none"]), extra
 
 
+# A job's reason is user text (an exception's message, say): none of it is markup.
+_MARKUP = "choked on '[/]'; [bold red]styled[/bold red] [link=http://x]l[/link] :smile: [Errno 2]"
+
+
+def test_user_text_is_shown_verbatim(
+    env: Env, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # one line per row: nothing wraps
+    options = {"status": "blocked", "reason": _MARKUP}
+    env.write_plan(
+        [{"key": "a", "resource_class": "[b]gpu", "options": options}],
+        class_limits={"[b]gpu": 1},
+    )
+    assert run(env, "--display", "plain") == 0
+    out = capsys.readouterr().out
+    assert f"a: blocked, cost 0.00 ({_MARKUP})" in out, out  # the line of its change
+    assert f"[b]gpu  blocked  0.00  {_MARKUP}" in out, out  # the final report
+    assert run(env, "--display", "rich") == 0  # a rerun: the job does not run again
+    assert f"[b]gpu  blocked  0.00  {_MARKUP}" in capsys.readouterr().out
+    assert main(["campaign", "status", str(env.out)]) == 0
+    out = capsys.readouterr().out
+    assert f"[b]gpu  blocked  0.00  {_MARKUP}" in out and "[b]gpu 0/1" in out, out
+
+
 def test_the_display_options_exclude_each_other(
     env: Env, capsys: pytest.CaptureFixture[str]
 ) -> None:

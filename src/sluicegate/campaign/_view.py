@@ -1,4 +1,8 @@
-"""How a campaign looks: the live view, plain log lines and the status summary."""
+"""How a campaign looks: the live view, plain log lines and the status summary.
+
+User text (a job's reason, a class name) is shown verbatim, never read as
+rich markup.
+"""
 
 from __future__ import annotations
 
@@ -76,12 +80,14 @@ def render(report: Report, *, rows: bool = False, controller: bool = True) -> Re
     for column in ("key", "class", "status", "cost", "reason"):
         table.add_column(column)
     for row in shown:
+        # Text, not str: a job's reason is user text (an exception's message,
+        # say), never rich markup.
         table.add_row(
-            row.key,
-            row.resource_class or "-",
+            Text(row.key),
+            Text(row.resource_class or "-"),
             Text(row.status, style=_STYLE.get(row.status, "")),
-            format_money(row.cost),
-            row.reason or "",
+            Text(format_money(row.cost)),
+            Text(row.reason or ""),
         )
     return Group(head, table)
 
