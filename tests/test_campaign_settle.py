@@ -131,3 +131,16 @@ def test_a_campaign_touches_only_its_own_scope(tmp_path: Path) -> None:
     mine.release_orphans({"a"})
     assert states(mine, "a") == ["settled"] and orphan is not None
     assert held.reservation_id is not None
+
+
+def test_a_job_that_never_began_gets_its_reservation_back_once(tmp_path: Path) -> None:
+    acc = accounts(tmp_path)
+    row = admitted(acc, "a")
+    acc.ledger.mark_uncertain(row.reservation_id or 0)  # as a rerun before the fix left it
+    assert acc.release_unstarted(row) and acc.release_unstarted(row)  # repeatable
+    assert states(acc, "a") == ["settled"] and acc.usage().used == 0
+    # A stage reservation proves its job began: nothing is given back.
+    row = admitted(acc, "b")
+    acc.ledger.reserve(acc.candidate_scope("b") + ("build",), D("1"), note="stage build")
+    assert not acc.release_unstarted(row)
+    assert states(acc, "b") == ["reserved", "reserved"]

@@ -1,10 +1,10 @@
 """The child process: ``python -I`` running :func:`main` on a request file.
 
-It imports the job from the campaign's frozen copy (first on ``sys.path``),
-runs it once and writes ``result.json`` atomically. A job that raises is
-reported ``blocked`` with the exception as its reason (the traceback goes to
-stderr). If the process dies before writing a result, the controller marks
-the candidate ``uncertain``.
+It creates ``jobs/KEY/started``, imports the job from the campaign's frozen
+copy (first on ``sys.path``), runs it once and writes ``result.json``
+atomically. A job that raises is reported ``blocked`` with the exception as
+its reason (the traceback goes to stderr). If the process dies before
+writing a result, the controller marks the candidate ``uncertain``.
 """
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ def _run(request: JobRequest) -> Outcome:
 def main(argv: list[str]) -> int:
     """Run the job described by the request file ``argv[1]``; returns the exit status."""
     request = load_json(argv[1], JobRequest, root="request")
+    # Before the job's module is even imported: a controller that finds no
+    # such file (and no running child) knows the job never began. If it
+    # cannot be made, the job does not run either.
+    Path(request.started).touch(mode=0o600)
     try:
         outcome = _run(request)
     except Exception as exc:

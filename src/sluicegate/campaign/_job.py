@@ -123,7 +123,12 @@ class JobContext:
 
 @attrs.frozen
 class JobRequest:
-    """What the parent writes for a child: everything it needs to run one job."""
+    """What the parent writes for a child: everything it needs to run one job.
+
+    Attributes:
+        started: A file the child creates before it imports the job: without
+            it, the job never began (see :meth:`JobFiles.started`).
+    """
 
     key: str
     job: str
@@ -133,6 +138,7 @@ class JobRequest:
     ledger: str
     scope: tuple[str, ...]
     result: str
+    started: str
 
 
 @attrs.frozen

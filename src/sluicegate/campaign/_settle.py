@@ -87,6 +87,24 @@ class Accounts:
             if key in pending and r.note == DISPATCH and r.state == "reserved":
                 self.ledger.settle(r.id, Decimal(0))
 
+    def release_unstarted(self, row: Row) -> bool:
+        """Give back the dispatch reservation of ``row``, whose job never began.
+
+        Safe to repeat: a reservation already settled is left as it is.
+
+        Returns:
+            Whether it was released. Not if the candidate's scope holds a
+            stage reservation: only its job could have made one, so the job
+            did begin; then nothing is changed.
+        """
+        reservations = self.ledger.reservations(self.candidate_scope(row.key))
+        if any(r.note != DISPATCH for r in reservations):
+            return False
+        for r in reservations:
+            if r.id == row.reservation_id and r.state != "settled":
+                self.ledger.settle(r.id, Decimal(0))
+        return True
+
     def _open(self, key: str, dispatch: int | None) -> tuple[list[Reservation], str | None]:
         """Open stage reservations of ``key``, and the state of its dispatch one."""
         reservations = self.ledger.reservations(self.candidate_scope(key))
