@@ -335,6 +335,8 @@ def test_help_lists_exit_statuses_and_explains_every_argument(
         assert "exit status of `campaign run`:" in text
         for status in ("0 ", "2 ", "3 ", "130 "):
             assert f"\n  {status}" in text, (argv, status)
+        words = " ".join(text.split())
+        assert "`reconcile` exits 3 when an imported result leaves" in words
     text = help_of("campaign", "reconcile")
     for argument in ("outdir", "key", "--as", "--cost"):
         line = next(line for line in text.splitlines() if line.strip().startswith(argument))

@@ -141,6 +141,6 @@ def test_a_job_that_never_began_gets_its_reservation_back_once(tmp_path: Path) -
     assert states(acc, "a") == ["settled"] and acc.usage().used == 0
     # A stage reservation proves its job began: nothing is given back.
     row = admitted(acc, "b")
-    acc.ledger.reserve(acc.candidate_scope("b") + ("build",), D("1"), note="stage build")
+    acc.ledger.reserve((*acc.candidate_scope("b"), "build"), D("1"), note="stage build")
     assert not acc.release_unstarted(row)
     assert states(acc, "b") == ["reserved", "reserved"]

@@ -112,6 +112,8 @@ def _register_ledger(commands: Any, help: str) -> None:
 
 # -- campaign -------------------------------------------------------------------
 
+# `campaign run` and `reconcile` exit with it when a candidate is uncertain.
+_RECONCILE_STATUS = 3
 _EXIT_STATUSES = """\
 exit status of `campaign run`:
   0    stopped cleanly: target reached, panel or budget exhausted, or drained
@@ -120,7 +122,8 @@ exit status of `campaign run`:
        function, stale code, another controller version, locked directory
   3    reconciliation required: a job's outcome is unknown (`campaign reconcile`)
   130  stopped by a second SIGINT/SIGTERM: running jobs were terminated
-the other actions exit 0 on success and 2 when refused.
+the other actions exit 0 on success and 2 when refused; `reconcile` exits 3
+when an imported result leaves the candidate uncertain.
 """
 
 _RUN_DESCRIPTION = f"""\
@@ -132,7 +135,6 @@ finish), a second stops the running jobs.
 
 {_EXIT_STATUSES}"""
 
-_RECONCILE_STATUS = 3
 _DISPLAYS = ("rich", "plain", "none")
 
 
