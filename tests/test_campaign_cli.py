@@ -18,7 +18,14 @@ from rich.console import Console
 from sluicegate.campaign import LiveView, read_report, render
 from sluicegate.campaign._outdir import DRAIN_POLL_S
 from sluicegate.cli import main
-from test_campaign import PATIENCE_S, Env, wait_for_files
+from test_campaign import (
+    PATIENCE_S,
+    Env,
+    gated,
+    kill_controller_once_running,
+    wait_for_files,
+    wait_for_gone,
+)
 
 
 @pytest.fixture
@@ -311,6 +318,30 @@ def test_user_text_is_shown_verbatim(
     assert main(["campaign", "status", str(env.out)]) == 0
     out = capsys.readouterr().out
     assert f"[b]gpu  blocked  0.00  {_MARKUP}" in out and "[b]gpu 0/1" in out, out
+
+
+def test_the_plain_display_shows_results_imported_on_resume(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env.write_plan([gated(env, "a", cost="0.1"), gated(env, "b"), {"key": "c"}], max_parallel=2)
+
+    async def both_ended_after_their_controller() -> None:
+        await kill_controller_once_running(env, "a", "b")
+        env.open_gate("gate-a")
+        env.open_gate("gate-b")
+        for key in "ab":
+            await wait_for_files(env.out / "jobs" / key / "result.json")
+            await wait_for_gone(env.out / "jobs" / key / "child.lock")
+
+    trio.run(both_ended_after_their_controller)
+    assert run(env, "--display", "plain") == 0
+    lines = [line.split(" ", 1)[1] for line in capsys.readouterr().out.splitlines()]
+    assert lines[0].startswith("camp: 1 pending; left running by an earlier controller: a, b")
+    # Measured before the fix: no line for a, and "b: running" though b had ended.
+    assert any(line.startswith("a: verified, cost 0.10 ") for line in lines), lines
+    assert any(line.startswith("b: verified, cost 0.00 ") for line in lines), lines
+    running = [line.split(":")[0] for line in lines if ": running" in line]
+    assert running == ["c"], lines
 
 
 def test_the_display_options_exclude_each_other(

@@ -5,6 +5,7 @@ and a controller of another version. Real child processes running tests/campaign
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import signal
@@ -28,6 +29,7 @@ from sluicegate.campaign._convert import write_json_atomic
 from sluicegate.campaign._job import JobResult
 from sluicegate.campaign._launch import child_alive
 from sluicegate.campaign._outdir import current_controller
+from sluicegate.campaign._view import PlainView
 from sluicegate.campaign._report import Controller
 from test_campaign import (
     PATIENCE_S,
@@ -149,8 +151,16 @@ async def test_a_controller_killed_before_its_child_began_leaves_the_candidate_p
     assert (env.out / "jobs" / "a").exists() == (moment != "launch")
     # Measured before the fix: a stayed uncertain for good (no result to
     # import, and every --as would lie about a job that never ran).
-    report = await env.run()
+    shown = io.StringIO()
+    report = await run_campaign(env.plan_path, env.out, env.ledger_path, observer=PlainView(shown))
     assert statuses(report) == {"a": "verified"} and env.runs() == ["a"]
+    lines = [line.split(" ", 1)[1] for line in shown.getvalue().splitlines()]
+    assert [line.split("  (")[0] for line in lines] == [
+        "camp: 0 pending; left running by an earlier controller: a",
+        "a: pending again, its job never began",
+        "a: running",
+        "a: verified, cost 0.50",
+    ]
     usage = env.ledger.usage(env.scope())
     assert (usage.settled, usage.reserved, usage.uncertain) == (D("0.5"), 0, 0)
     # The first dispatch reservation was given back, the second settled.

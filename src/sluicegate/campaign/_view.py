@@ -123,6 +123,11 @@ class LiveView:
 class PlainView:
     """One line per change of a candidate's status, fit for logs; an observer.
 
+    The first report is the directory as the run found it: one line sums it
+    up, rows left ``running`` by an earlier controller included. Every later
+    change of a row is a line of its own (a result imported on resume too),
+    and a row is announced ``running`` only when this run starts it.
+
     Args:
         file: Where the lines go (standard output by default).
     """
@@ -135,18 +140,22 @@ class PlainView:
     def __call__(self, report: Report) -> None:
         lines = []
         if self._seen is None:
-            # The first report is where the run starts (a rerun's finished
-            # rows included): one line for all of it.
-            self._seen = {}
-            lines.append(f"{report.name}: {len(report.pending)} pending")
+            # Where the run starts (a rerun's finished rows included): one
+            # line for all of it, and every row counts as seen.
+            self._seen = {row.key: row.status for row in report.rows}
+            line = f"{report.name}: {len(report.pending)} pending"
+            left = [row.key for row in report.rows if row.status == "running"]
+            if left:
+                line += f"; left running by an earlier controller: {', '.join(left)}"
+            lines.append(line)
         for row in report.rows:
             if self._seen.get(row.key) == row.status:
                 continue
-            first = row.key not in self._seen
             self._seen[row.key] = row.status
-            if (first and row.status != "running") or row.status == "pending":
-                continue
-            if row.status == "running":
+            if row.status == "pending":
+                # Admitted, then given back before its child began.
+                lines.append(f"{row.key}: pending again, its job never began")
+            elif row.status == "running":
                 where = f" [{row.resource_class}]" if row.resource_class else ""
                 lines.append(f"{row.key}{where}: running")
             else:
