@@ -9,7 +9,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ._convert import CampaignFileError
-from ._ledger import Ledger, LedgerError, amount_problem, format_money, scope_name
+from ._ledger import Ledger, LedgerError, amount_problem, format_money, limit_text, scope_name
 
 __all__ = ["register"]
 
@@ -44,7 +44,7 @@ def _ledger_init(args: argparse.Namespace) -> int:
         Ledger.create(args.path, args.limit)
     except (LedgerError, OSError) as exc:
         return _error(exc)
-    print(f"created ledger {args.path} with global limit {format_money(args.limit)}")
+    print(f"created ledger {args.path} with global limit {limit_text(args.limit)}")
     return 0
 
 
@@ -86,7 +86,7 @@ def _ledger_raise(args: argparse.Namespace) -> int:
         Ledger(args.path).raise_limit(args.limit, args.reason)
     except (LedgerError, OSError) as exc:
         return _error(exc)
-    print(f"raised the global limit of {args.path} to {format_money(args.limit)}")
+    print(f"raised the global limit of {args.path} to {limit_text(args.limit)}")
     return 0
 
 
