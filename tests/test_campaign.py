@@ -10,6 +10,7 @@ import shutil
 import signal
 import stat
 import sys
+import warnings
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -562,6 +563,19 @@ async def test_an_unreachable_target_warns_at_start(env: Env) -> None:
     with pytest.warns(UserWarning, match=r"target 5 cannot be reached: .* 2 distinct key"):
         report = await env.run()
     assert report.verified == 2 and report.stop_reason == "panel_exhausted"
+
+
+async def test_a_refused_start_does_not_warn_of_an_unreachable_target(env: Env) -> None:
+    env.write_plan([{"key": "a"}], target=5)
+    with pytest.warns(UserWarning, match="cannot be reached"):
+        await env.run()
+    other = Ledger.create(env.root / "other.db", D("1"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning would fail the test
+        with locked(env.out), pytest.raises(CampaignLocked):
+            await env.run()
+        with pytest.raises(CampaignError, match="was started with the ledger"):
+            await run_campaign(env.plan_path, env.out, other.path)
 
 
 def test_the_campaign_example_uses_only_public_names() -> None:

@@ -455,10 +455,11 @@ async def run_campaign(
     code = locate_job(plan, plan_path.parent)
     controller = current_controller()
     posix_fcntl()
-    _warn_unreachable(plan, prior)
     out.path.mkdir(parents=True, exist_ok=True)
     with locked(out.path):
         manifest = out.bind(plan, code, ledger.path, controller, allow_upgrade=allow_upgrade)
+        # Only once nothing can refuse the start: a refusal says it all.
+        _warn_unreachable(plan, prior)
         panel = Panel(plan, prior, out.load_rows(plan, prior))
         accounts = Accounts(ledger, manifest.scope, plan)
         campaign = _Campaign(
