@@ -366,15 +366,26 @@ async def test_open_stage_reservations_or_a_raising_job(env: Env) -> None:
     env.write_plan(
         [
             {"key": "a", "options": {"leave_open": "tests"}},
-            {"key": "b", "options": {"fail": "boom"}},
+            {"key": "b", "reservation": "2", "options": {"fail": "boom"}},
+            {"key": "c", "reservation": "3", "options": {"returns": 42}},
         ],
+        max_parallel=3,  # all at once: none waits behind a's uncertain end
     )
     report = await env.run()
-    assert statuses(report) == {"a": "uncertain", "b": "blocked"}
+    assert statuses(report) == {"a": "uncertain", "b": "blocked", "c": "blocked"}
     assert "left 1 stage reservation(s) open" in (report.row("a").reason or "")
-    assert "boom" in (report.row("b").reason or "")
     assert "RuntimeError: boom" in (env.out / "jobs" / "b" / "stderr.log").read_text()
     assert env.ledger.usage(env.scope("a")).uncertain == D("1.5")
+    # They may have spent before they broke off, and said nothing of what:
+    # each is held to its dispatch reservation (it was settled at 0 before).
+    b, c = report.row("b"), report.row("c")
+    assert (b.cost, c.cost) == (D("2"), D("3"))
+    assert b.reason == (
+        "job raised RuntimeError('boom'); it reported no cost, so its dispatch "
+        "reservation is settled at its full 2.00"
+    )
+    assert (c.reason or "").startswith("job returned 42, not an Outcome; it reported no cost")
+    assert env.ledger.usage(env.scope()).settled == D("5")
 
 
 async def test_drain_lets_running_jobs_finish_and_sticks(env: Env) -> None:

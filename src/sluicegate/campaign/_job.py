@@ -143,7 +143,15 @@ class JobRequest:
 
 @attrs.frozen
 class JobResult:
-    """What a child writes when its job has ended (``result.json``)."""
+    """What a child writes when its job has ended (``result.json``).
+
+    Attributes:
+        cost_unknown: The job reported no cost: it raised (its import
+            included) or returned something other than an :class:`Outcome`.
+            It may have spent before that, so its dispatch reservation is
+            settled at its full amount, never at the outcome's zero cost.
+    """
 
     key: str
     outcome: Outcome
+    cost_unknown: bool = False
