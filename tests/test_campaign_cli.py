@@ -11,6 +11,7 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 from rich.console import Console
@@ -421,6 +422,29 @@ def test_help_and_eval_work_without_fcntl(env: Env, argv: list[str], expected: i
         assert "campaign imported: False" in done.stderr
     if argv == ["--help"]:
         assert "campaign" in done.stdout and "ledger" in done.stdout
+
+
+def test_status_works_without_fcntl(env: Env) -> None:
+    env.write_plan([{"key": "a"}])
+    assert run(env, "--display", "none") == 0
+
+    def status(*extra: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-c", _WITHOUT_FCNTL, "campaign", "status", str(env.out)]
+        done = subprocess.run(
+            [*command, *extra], capture_output=True, text=True, timeout=PATIENCE_S
+        )
+        assert done.returncode == 0, done.stderr  # before: 2, "campaigns need a POSIX system"
+        return done
+
+    out = " ".join(status().stdout.split())
+    assert "camp [target_reached] verified 1/1" in out
+    assert "whether a controller is running cannot be told here (no fcntl)" in out
+    assert json.loads(status("--json").stdout)["stop_reason"] == "target_reached"
+    report = read_report(env.out)
+    running = render(attrs.evolve(report, stop_reason=None), controller=None)
+    console = Console(file=io.StringIO(), width=200)
+    console.print(running)
+    assert "[running or interrupted]" in console.file.getvalue()  # type: ignore[attr-defined]
 
 
 def test_trace_records_each_job_with_how_it_ended(env: Env) -> None:

@@ -236,6 +236,7 @@ def _campaign_drain(args: argparse.Namespace) -> int:
 
 def _campaign_status(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.text import Text
 
     from ._convert import dump_json
     from ._outdir import CampaignError, is_locked, read_report
@@ -251,9 +252,12 @@ def _campaign_status(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     console.print(render(report, rows=True, controller=locked))
-    state = "a controller is running" if locked else "no controller is running"
+    if locked is None:
+        state = "whether a controller is running cannot be told here (no fcntl)"
+    else:
+        state = "a controller is running" if locked else "no controller is running"
     scope = f"; ledger scope {report.ledger_scope}" if report.ledger_scope else ""
-    console.print(f"{state}; report written {report.updated}{scope}")
+    console.print(Text(f"{state}; report written {report.updated}{scope}"))
     return 0
 
 

@@ -117,8 +117,16 @@ def locked(outdir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def is_locked(outdir: Path) -> bool:
-    """Whether a controller holds ``outdir`` now."""
+def is_locked(outdir: Path) -> bool | None:
+    """Whether a controller holds ``outdir`` now; None where that cannot be told.
+
+    Without ``fcntl`` (not a POSIX system) no controller can run here, but
+    one on another machine sharing the directory might: the answer is None.
+    """
+    try:
+        posix_fcntl()
+    except CampaignError:
+        return None
     try:
         with locked(outdir):
             return False

@@ -43,7 +43,9 @@ def _classes(report: Report) -> str:
     return ", ".join(parts)
 
 
-def render(report: Report, *, rows: bool = False, controller: bool = True) -> RenderableType:
+def render(
+    report: Report, *, rows: bool = False, controller: bool | None = True
+) -> RenderableType:
     """A summary of ``report``: running jobs per class, verified/target, spend/cap.
 
     Args:
@@ -52,7 +54,8 @@ def render(report: Report, *, rows: bool = False, controller: bool = True) -> Re
         controller: Whether a controller holds the output directory now. A
             report without a stop reason and without a controller was left
             by one that was stopped (a second signal, a kill): it is shown as
-            ``interrupted``, not ``running``.
+            ``interrupted``, not ``running``. None: it cannot be told here
+            (no ``fcntl``), shown as ``running or interrupted``.
     """
     from rich.console import Group
     from rich.table import Table
@@ -60,6 +63,8 @@ def render(report: Report, *, rows: bool = False, controller: bool = True) -> Re
 
     if report.stop_reason is not None:
         state: str = report.stop_reason
+    elif controller is None:
+        state = "running or interrupted"
     elif not controller:
         state = "interrupted"
     else:
