@@ -230,7 +230,8 @@ async def test_a_cost_the_ledger_cannot_record_blocks_that_job_and_the_campaign_
     assert "the ledger cannot record" in (big.reason or "") and "1E+20" in (big.reason or "")
     assert big.cost == D("2")  # held to its dispatch reservation
     assert report.stop_reason == "panel_exhausted"
-    assert report.spent == D("2.75") and report.held == 0
+    # big and stage (which raised) are each held to their reservation: 2 + 0.5 + 0.25 + 1.
+    assert report.spent == D("3.75") and report.held == 0
     assert (await env.run()).rows == report.rows  # a rerun reads it again, calmly
 
 
