@@ -152,7 +152,8 @@ async def test_a_controller_killed_before_its_child_began_leaves_the_candidate_p
     # Measured before the fix: a stayed uncertain for good (no result to
     # import, and every --as would lie about a job that never ran).
     shown = io.StringIO()
-    report = await run_campaign(env.plan_path, env.out, env.ledger_path, observer=PlainView(shown))
+    view = PlainView(shown, start=read_report(env.out))
+    report = await run_campaign(env.plan_path, env.out, env.ledger_path, observer=view)
     assert statuses(report) == {"a": "verified"} and env.runs() == ["a"]
     lines = [line.split(" ", 1)[1] for line in shown.getvalue().splitlines()]
     assert [line.split("  (")[0] for line in lines] == [
@@ -162,7 +163,7 @@ async def test_a_controller_killed_before_its_child_began_leaves_the_candidate_p
         "a: verified, cost 0.50",
     ]
     usage = env.ledger.usage(env.scope())
-    assert (usage.settled, usage.reserved, usage.uncertain) == (D("0.5"), 0, 0)
+    assert (usage.settled, usage.reserved, usage.uncertain) == (D("0.5"), D(0), D(0))
     # The first dispatch reservation was given back, the second settled.
     actuals = [r.actual for r in env.ledger.reservations(env.scope("a"))]
     assert actuals == [D(0), D("0.5")]

@@ -6,10 +6,14 @@ import argparse
 import sys
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ._convert import CampaignFileError
 from ._ledger import Ledger, LedgerError, amount_problem, format_money, limit_text, scope_name
+
+if TYPE_CHECKING:
+    from ._report import Report
 
 __all__ = ["register"]
 
@@ -151,7 +155,6 @@ def _campaign_run(args: argparse.Namespace) -> int:
     from ..service import drain_on_signals
     from ._launch import TERMINATE_GRACE_S
     from ._outdir import CampaignError
-    from ._report import Report
     from ._scheduler import run_campaign
     from ._view import LiveView, PlainView, render
 
@@ -184,7 +187,9 @@ def _campaign_run(args: argparse.Namespace) -> int:
         if display == "rich":
             with LiveView(console) as view:
                 return await go(observer=view)
-        return await go(observer=PlainView() if display == "plain" else None)
+        if display == "none":
+            return await go()
+        return await go(observer=PlainView(start=_found_report(args.outdir)))
 
     async def main() -> Report | None:
         drain = Drain()
@@ -218,6 +223,16 @@ def _campaign_run(args: argparse.Namespace) -> int:
         )
         return _RECONCILE_STATUS
     return 0
+
+
+def _found_report(outdir: Path) -> Report | None:
+    """The report a rerun starts from, if there is a readable one."""
+    from ._outdir import CampaignError, read_report
+
+    try:
+        return read_report(outdir)
+    except (CampaignError, CampaignFileError, OSError):
+        return None
 
 
 def _campaign_drain(args: argparse.Namespace) -> int:
@@ -278,8 +293,6 @@ def _campaign_reconcile(args: argparse.Namespace) -> int:
 
 
 def _register_campaign(commands: Any, help: str) -> None:
-    from pathlib import Path
-
     parser: argparse.ArgumentParser = commands.add_parser(
         "campaign",
         help=help,

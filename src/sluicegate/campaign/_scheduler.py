@@ -473,9 +473,6 @@ async def run_campaign(
             trace=trace,
         )
         await trio.to_thread.run_sync(accounts.open_scopes)
-        # The directory as found, before recovery changes it: what an
-        # observer compares every later report with.
-        await campaign.write()
         adopted = await campaign.recover()
         if out.drain_requested():
             campaign.drain.request(f"{DRAIN_FILE} found")

@@ -43,9 +43,7 @@ def _classes(report: Report) -> str:
     return ", ".join(parts)
 
 
-def render(
-    report: Report, *, rows: bool = False, controller: bool | None = True
-) -> RenderableType:
+def render(report: Report, *, rows: bool = False, controller: bool | None = True) -> RenderableType:
     """A summary of ``report``: running jobs per class, verified/target, spend/cap.
 
     Args:
@@ -128,17 +126,20 @@ class LiveView:
 class PlainView:
     """One line per change of a candidate's status, fit for logs; an observer.
 
-    The first report is the directory as the run found it: one line sums it
-    up, rows left ``running`` by an earlier controller included. Every later
-    change of a row is a line of its own (a result imported on resume too),
-    and a row is announced ``running`` only when this run starts it.
+    The first line sums up where the run starts. Every change of a row from
+    ``start`` (or, without one, from the first report) is a line of its own,
+    so a result imported on resume gets one too, and a row is announced
+    ``running`` only when this run starts (or adopts) it.
 
     Args:
         file: Where the lines go (standard output by default).
+        start: The report the run starts from (``report.json`` as found on a
+            rerun), naming the rows an earlier controller left running.
     """
 
-    def __init__(self, file: TextIO | None = None) -> None:
+    def __init__(self, file: TextIO | None = None, *, start: Report | None = None) -> None:
         self._file = file
+        self._start = start
         self._seen: dict[str, str] | None = None
         self._draining = False
 
@@ -147,9 +148,10 @@ class PlainView:
         if self._seen is None:
             # Where the run starts (a rerun's finished rows included): one
             # line for all of it, and every row counts as seen.
-            self._seen = {row.key: row.status for row in report.rows}
-            line = f"{report.name}: {len(report.pending)} pending"
-            left = [row.key for row in report.rows if row.status == "running"]
+            start = self._start or report
+            self._seen = {row.key: row.status for row in start.rows}
+            line = f"{report.name}: {len(start.pending)} pending"
+            left = [row.key for row in start.rows if row.status == "running"]
             if left:
                 line += f"; left running by an earlier controller: {', '.join(left)}"
             lines.append(line)
