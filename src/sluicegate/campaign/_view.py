@@ -128,8 +128,8 @@ class PlainView:
 
     The first line sums up where the run starts. Every change of a row from
     ``start`` (or, without one, from the first report) is a line of its own,
-    so a result imported on resume gets one too, and a row is announced
-    ``running`` only when this run starts (or adopts) it.
+    so a result imported on resume gets one too; a row left ``running`` is
+    not announced again (its child, adopted, gets a line when it ends).
 
     Args:
         file: Where the lines go (standard output by default).
