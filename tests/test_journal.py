@@ -105,10 +105,10 @@ async def test_synchronous_full_journal(tmp_path: Path) -> None:
 async def test_a_failed_commit_fails_the_service(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(self: object, rows: object) -> None:
+    def broken(db: object, batch: object) -> None:
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(journal_module.JournalSession, "_commit", broken)
+    monkeypatch.setattr(journal_module.JournalSession, "_insert", staticmethod(broken))
     with pytest.raises(JournalError, match=r"could not record \d+ item\(s\): disk I/O error"):
         await serve(range(5), checked, window=2, key=str, journal=tmp_path / "j.db", signals=())
 

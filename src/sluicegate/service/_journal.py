@@ -22,6 +22,7 @@ import sqlite3
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
+from itertools import chain
 from pathlib import Path
 from typing import Any, Literal, final
 from urllib.parse import quote
@@ -40,7 +41,6 @@ __all__ = [
     "OkRow",
     "RecordedError",
     "error_row",
-    "ok_row",
 ]
 
 # The SQLite header's application id marks a file as a sluicegate journal
@@ -50,6 +50,7 @@ _SCHEMA_VERSION = 1
 # Two services on one journal take turns writing; a commit is a handful of
 # rows, so a writer that waits this long is facing something else.
 _BUSY_TIMEOUT_S = 30.0
+_BUSY_TIMEOUT_MS = int(_BUSY_TIMEOUT_S * 1000)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
@@ -96,11 +97,22 @@ ON CONFLICT (key) DO UPDATE SET
 WHERE items.status != 'ok'
 """
 
+# The common success (one attempt, a JSON value) binds four values, not
+# six, and goes _CHUNK rows to a statement: one step of SQLite's instead of
+# one per row, which halves the cost of a row.
+_CHUNK = 32
+_UPSERT_FIRSTS = _UPSERT_OK.replace(
+    "VALUES (?, 'ok', ?, ?, ?, ?, ?)",
+    "VALUES " + ", ".join(["(?, 'ok', 1, ?, 'json', ?, ?)"] * _CHUNK),
+)
+
 _LOOKUP = f"SELECT {_COLUMNS} FROM items WHERE key = ?"
 _STATUS = "SELECT status FROM items WHERE key = ?"
 
 OkRow = tuple[str, int, str, str, float, float]
 """A success as written: key, attempts, value, value format, started, finished."""
+FirstRow = tuple[str, str, float, float]
+"""A success at the first attempt with a JSON value: key, value, started, finished."""
 ErrorRow = tuple[str, int, str, str, str, float, float]
 """A failure as written: key, attempts, error type, message, traceback, started, finished."""
 
@@ -203,13 +215,6 @@ def type_name(error: BaseException) -> str:
     if kind.__module__ == "builtins":
         return kind.__qualname__
     return f"{kind.__module__}.{kind.__qualname__}"
-
-
-def ok_row(
-    key: str, attempts: int, value: tuple[str, ValueFormat], started: float, finished: float
-) -> OkRow:
-    """The row of an item that succeeded; ``value`` comes from ``encode_value``."""
-    return (key, attempts, value[0], value[1], started, finished)
 
 
 def error_row(
@@ -347,25 +352,39 @@ class Journal:
             )
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         os.close(descriptor)
+        opened: list[sqlite3.Connection] = []
         try:
-            writer = _connect(path, self.synchronous, check_same_thread=False)
-        except sqlite3.DatabaseError as exc:
-            raise _refuse(path, f"cannot open it as a journal: {exc}") from None
-        try:
-            _initialize(writer, path)
-            reader = _connect(path, self.synchronous, check_same_thread=True)
+            try:
+                opened.append(_connect(path, self.synchronous))
+            except sqlite3.DatabaseError as exc:
+                raise _refuse(path, f"cannot open it as a journal: {exc}") from None
+            _initialize(opened[0], path)
+            for _ in range(2):
+                opened.append(_connect(path, self.synchronous))
         except BaseException:
-            writer.close()
+            for db in opened:
+                db.close()
             raise
-        return JournalSession(self, reader, writer, on_commit=on_commit, backlog=backlog)
+        local, spare, checkpointer = opened
+        return JournalSession(
+            self, local, spare, checkpointer, on_commit=on_commit, backlog=backlog
+        )
 
 
-def _connect(path: Path, synchronous: str, *, check_same_thread: bool) -> sqlite3.Connection:
+def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    # Each connection is used by one thread at a time, though not always
+    # the same one (connections are closed in a worker thread).
     db = sqlite3.connect(
-        path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=check_same_thread
+        path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
     )
     try:
         db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        # Checkpoints (the only fsyncs with synchronous=normal) are the
+        # session's checkpointer's, in a worker thread: never in a commit.
+        db.execute("PRAGMA wal_autocheckpoint = 0")
+        # When the WAL restarts, its file is cut back to this size, so the
+        # file's size tells the checkpointer how much the WAL holds.
+        db.execute(f"PRAGMA journal_size_limit = {_WAL_BYTES}")
     except BaseException:
         db.close()
         raise
@@ -393,6 +412,12 @@ def _initialize(db: sqlite3.Connection, path: Path) -> None:
         # WAL before the transaction (it cannot change inside one); readers
         # (the CLI) then never wait for the service's writes.
         db.execute("PRAGMA journal_mode = WAL")
+        identity = (
+            db.execute("PRAGMA application_id").fetchone()
+            + db.execute("PRAGMA user_version").fetchone()
+        )
+        if identity == (_APPLICATION_ID, _SCHEMA_VERSION):
+            return  # nothing to write, so no wait for another writer's lock
         db.execute("BEGIN IMMEDIATE")
         try:
             _check_identity(db, path, empty_ok=True)
@@ -412,38 +437,72 @@ def _initialize(db: sqlite3.Connection, path: Path) -> None:
 class Batch:
     """Rows waiting for one commit; ``done`` is set once it is committed."""
 
-    __slots__ = ("done", "errors", "oks")
+    __slots__ = ("done", "errors", "firsts", "oks")
 
     def __init__(self) -> None:
+        self.firsts: list[FirstRow] = []
         self.oks: list[OkRow] = []
         self.errors: list[ErrorRow] = []
         self.done: trio.Event = trio.Event()
 
     def __len__(self) -> int:
-        return len(self.oks) + len(self.errors)
+        return len(self.firsts) + len(self.oks) + len(self.errors)
 
 
 Committed = Callable[[int, int], None]
 
 
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _wal_generation(path: str) -> bytes:
+    """Which restart of the WAL its file holds: the header's checkpoint sequence and salt.
+
+    The WAL header is part of SQLite's documented file format; both fields
+    change each time the WAL starts again from its beginning.
+    """
+    try:
+        with open(path, "rb") as wal:
+            return wal.read(20)[12:20]
+    except FileNotFoundError:
+        return b""
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY
+
+
 class JournalSession:
-    """A journal opened by a service: lookups on the trio thread, grouped commits off it.
+    """A journal opened by a service: lookups and grouped commits, fsyncs off the trio thread.
 
-    Rows go into the pending batch; the writer task commits it in a worker
-    thread as soon as the previous commit is done, so the rows that arrive
-    while one commit runs make up the next one (group commit): one row when
-    items are rare, hundreds when they pour in. A slow fsync delays only the
-    rows of its own batch, never the trio thread.
+    Lookups run on the trio thread, in a read transaction that each commit
+    renews. Rows go into the pending batch, and the writer task commits the
+    whole batch at once (group commit): as soon as someone waits for one of
+    its rows (:meth:`committed`), else once ``_GROUP_ROWS`` rows are there
+    or ``_GROUP_S`` seconds have passed.
 
-    Whoever adds a row decides whether to wait for its commit
-    (:meth:`committed`): a service acknowledging items upstream must; one
-    that does not need not, and only waits when :attr:`backlogged` rows pile
-    up, which keeps memory bounded.
+    With ``synchronous="normal"`` a commit does not wait for the disk (in
+    WAL mode only checkpoints fsync), so the writer commits on the trio
+    thread, with no thread hand-off; should another service hold the write
+    lock, that one commit goes to a worker thread instead of blocking the
+    trio thread. With ``synchronous="full"`` every commit fsyncs, so every
+    commit runs in a worker thread. Checkpoints, the other fsyncs, always
+    run in a worker thread (see :meth:`run_checkpointer`).
+
+    Whoever adds a row decides whether to wait for its commit: a service
+    acknowledging items upstream must; one that does not need not, and only
+    waits when :attr:`backlogged` rows pile up, which keeps memory bounded.
 
     Args:
         journal: What was opened.
-        reader: The connection for lookups, used on the trio thread only.
-        writer: The connection the worker threads commit with.
+        local: The connection of the trio thread: lookups, and commits with
+            ``synchronous="normal"``.
+        spare: The connection worker threads commit with.
+        checkpointer: The connection worker threads checkpoint with.
         on_commit: Called on the trio thread after each commit with the
             number of successes and failures it made durable.
         backlog: How many uncommitted rows make :attr:`backlogged` true.
@@ -452,29 +511,54 @@ class JournalSession:
     def __init__(
         self,
         journal: Journal,
-        reader: sqlite3.Connection,
-        writer: sqlite3.Connection,
+        local: sqlite3.Connection,
+        spare: sqlite3.Connection,
+        checkpointer: sqlite3.Connection,
         *,
         on_commit: Committed | None = None,
         backlog: int = 1024,
     ) -> None:
         self.journal = journal
-        self._reader = reader
-        self._lookups = reader.cursor()
-        self._writer = writer
-        self._pending = Batch()
-        self._writing = False
-        self._wake = trio.lowlevel.ParkingLot()
-        self._closed = False
+        self._local = local
+        self._lookups = local.cursor()
+        self._spare = spare
+        self._checkpointer = checkpointer
+        self._commit_here = journal.synchronous == "normal"
         self._on_commit = on_commit
         self._backlog = backlog
+        self._closed = False
         self._broken: BaseException | None = None
+        # The pending batch, how many rows it holds, whether someone waits
+        # for it, and at how many rows the writer wants to be woken.
+        self._pending = Batch()
+        self._queued = 0
+        self._awaited = False
+        self._wake_at = _NEVER
+        self._nudge = trio.Event()
+        # Checkpoints: the WAL file, whether anything was committed since the
+        # last one, a wake-up for the checkpointer, and the hand-shake of a
+        # tail checkpoint.
+        self._wal = f"{journal.path}-wal"
+        self._page_size: int = local.execute("PRAGMA page_size").fetchone()[0]
+        self._checkpointing = False
+        self._dirty = False
+        self._wal_grew = trio.Event()
+        self._tail_wanted = False
+        self._tail_go = trio.Event()
+        self._tail_done = trio.Event()
+        self._next_commit = trio.Event()
+        self._hold_s = _HOLD_S
+        self._held_too_briefly = False
+        self.checkpoints = 0
+        # Lookups read a snapshot that the next commit renews.
+        local.execute("BEGIN")
 
     def status(self, key: str) -> str | None:
         """``"ok"`` or ``"error"`` when ``key`` is recorded, else None.
 
-        A read on the trio thread: a few microseconds, a key lookup in a
-        B-tree whose hot pages are cached.
+        A read on the trio thread, in the read transaction the last commit
+        opened: about a microsecond, a key lookup in a B-tree whose hot
+        pages are cached.
         """
         row = self._lookups.execute(_STATUS, (key,)).fetchone()
         return None if row is None else row[0]
@@ -484,67 +568,153 @@ class JournalSession:
         row = self._lookups.execute(_LOOKUP, (key,)).fetchone()
         return None if row is None else JournalEntry.from_row(row)
 
-    def add_ok(self, row: OkRow) -> Batch:
-        """Queue a success for the next commit; returns the batch it joined."""
-        self._pending.oks.append(row)
-        return self._queued()
+    def add_ok(
+        self,
+        key: str,
+        attempts: int,
+        value: tuple[str, ValueFormat],
+        started: float,
+        finished: float,
+    ) -> Batch:
+        """Queue a success for the next commit; returns the batch it joined.
+
+        ``value`` comes from ``encode_value``.
+        """
+        text, form = value
+        if attempts == 1 and form == "json":
+            self._pending.firsts.append((key, text, started, finished))
+        else:
+            self._pending.oks.append((key, attempts, text, form, started, finished))
+        self._queued += 1
+        if self._queued >= self._wake_at:
+            self._wake()
+        return self._pending
 
     def add_error(self, row: ErrorRow) -> Batch:
         """Queue a failure for the next commit; returns the batch it joined."""
         self._pending.errors.append(row)
-        return self._queued()
-
-    def _queued(self) -> Batch:
-        if not self._writing:
-            self._wake.unpark()  # an idle writer commits at once
+        self._queued += 1
+        if self._queued >= self._wake_at:
+            self._wake()
         return self._pending
 
     @property
     def backlogged(self) -> bool:
         """Whether so many rows wait for a commit that whoever adds more should wait too."""
-        return len(self._pending) >= self._backlog
+        return self._queued >= self._backlog
 
     async def committed(self, batch: Batch) -> None:
-        """Return once ``batch`` is committed.
+        """Return once ``batch`` is committed; waiting makes its commit due at once.
 
         A failed commit ends the writer task with a :class:`JournalError`,
         which fails the service and cancels this wait.
         """
+        if not self._awaited:
+            self._awaited = True
+            self._wake()
         await batch.done.wait()
 
-    def _commit(self, batch: Batch) -> None:
-        db = self._writer
-        db.execute("BEGIN IMMEDIATE")
+    def _wake(self) -> None:
+        self._wake_at = _NEVER
+        self._nudge.set()
+
+    async def _sleep(self, rows: int, seconds: float) -> bool:
+        """Wait until ``rows`` rows are pending or someone waits; False after ``seconds``."""
+        self._nudge = trio.Event()
+        self._wake_at = rows
+        with trio.move_on_after(seconds):
+            await self._nudge.wait()
+            return True
+        self._wake_at = _NEVER
+        return False
+
+    # -- committing --------------------------------------------------------------------
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, batch: Batch) -> None:
+        """Write ``batch``'s rows in ``db``'s open write transaction."""
+        # Errors first: should one key have both in a batch, the success is
+        # written last and stays.
+        if batch.errors:
+            db.executemany(_UPSERT_ERROR, batch.errors)
+        if batch.oks:
+            db.executemany(_UPSERT_OK, batch.oks)
+        firsts = batch.firsts
+        whole = len(firsts) - len(firsts) % _CHUNK
+        for start in range(0, whole, _CHUNK):
+            db.execute(_UPSERT_FIRSTS, list(chain.from_iterable(firsts[start : start + _CHUNK])))
+        if whole < len(firsts):
+            db.executemany(_UPSERT_OK, [(k, 1, v, "json", s, f) for k, v, s, f in firsts[whole:]])
+
+    def _write(self, db: sqlite3.Connection, batch: Batch) -> None:
+        """Write ``batch`` in ``db``'s open write transaction and commit it."""
         try:
-            # Errors first: should one key have both in a batch, the
-            # success is written last and stays.
-            if batch.errors:
-                db.executemany(_UPSERT_ERROR, batch.errors)
-            if batch.oks:
-                db.executemany(_UPSERT_OK, batch.oks)
+            self._insert(db, batch)
         except BaseException:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
 
+    def _commit_locally(self, batch: Batch) -> bool:
+        """Commit ``batch`` on the trio thread; False if another writer holds the lock."""
+        db = self._local
+        db.execute("COMMIT")  # the read snapshot; the write starts from the latest state
+        try:
+            # Never wait for the lock on the trio thread.
+            db.execute("PRAGMA busy_timeout = 0")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if _busy(exc):
+                    return False
+                raise
+            finally:
+                db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            self._write(db, batch)
+            return True
+        finally:
+            if db.in_transaction:  # a COMMIT that failed
+                db.execute("ROLLBACK")
+            db.execute("BEGIN")
+
+    def _commit_spare(self, batch: Batch) -> None:
+        """Commit ``batch`` in a worker thread, waiting for the lock if need be."""
+        db = self._spare
+        db.execute("BEGIN IMMEDIATE")
+        self._write(db, batch)
+
+    def _renew(self) -> None:
+        """Start a fresh read snapshot for lookups (after another connection committed)."""
+        self._local.execute("COMMIT")
+        self._local.execute("BEGIN")
+
     async def _flush(self) -> None:
         batch, self._pending = self._pending, Batch()
-        self._writing = True
+        self._queued = 0
+        self._awaited = False
         try:
-            # Shielded: rows taken from the pending batch are committed, even
-            # when the service is being cancelled (they belong to items that
-            # finished); a commit is short, or its busy timeout ends it.
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._commit, batch)
+            if not (self._commit_here and self._commit_locally(batch)):
+                # Shielded: rows taken from the pending batch are committed,
+                # even when the service is being cancelled (they belong to
+                # items that finished); a commit is short, or its busy
+                # timeout ends it.
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._commit_spare, batch)
+                # Before anyone hears of these items, so that a lookup of
+                # their keys finds them.
+                self._renew()
         except Exception as exc:
             self._broken = exc
             raise JournalError(
                 f"{self.journal.path}: could not record {len(batch)} item(s): {exc}"
             ) from exc
-        finally:
-            self._writing = False
+        self._dirty = True
+        self._next_commit.set()
+        if not self._checkpointing and _file_size(self._wal) > _WAL_BYTES:
+            self._checkpointing = True
+            self._wal_grew.set()
         if self._on_commit is not None:
-            self._on_commit(len(batch.oks), len(batch.errors))
+            self._on_commit(len(batch.firsts) + len(batch.oks), len(batch.errors))
         batch.done.set()
 
     async def run_writer(self) -> None:
@@ -556,19 +726,130 @@ class JournalSession:
         """
         try:
             while True:
-                if not self._pending:
-                    await self._wake.park()
+                if self._tail_wanted:
+                    await self._hold_for_tail()
+                if not self._queued:
+                    if not await self._sleep(1, _FRESH_S):
+                        # Another service's commits become visible to
+                        # lookups, and the old snapshot stops holding back
+                        # checkpoints.
+                        self._renew()
+                        if self._dirty and not self._checkpointing:
+                            self._checkpointing = True
+                            self._wal_grew.set()
                     continue
+                if not self._awaited and self._queued < _GROUP_ROWS:
+                    await self._sleep(_GROUP_ROWS, _GROUP_S)
                 await self._flush()
         finally:
-            if self._pending and self._broken is None:
+            if self._queued and self._broken is None:
                 with trio.CancelScope(shield=True):
                     await self._flush()
 
+    # -- checkpoints -------------------------------------------------------------------
+
+    def _checkpoint(self) -> tuple[int, int, int]:
+        busy, log, done = self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return busy, log, done
+
+    async def run_checkpointer(self) -> None:
+        """Copy the WAL into the database in a worker thread, and let the WAL restart.
+
+        A checkpoint is due when the WAL file passes ``_WAL_BYTES``, or when
+        the service is idle after a commit. Passive checkpoints copy what
+        the WAL holds while commits go on (with ``synchronous="normal"``
+        their fsyncs are the only ones), until what is left is small or
+        stops shrinking. The
+        WAL only starts again from its beginning (its file cut back to
+        ``_WAL_BYTES``) once a checkpoint has copied all of it before the
+        next commit, so a last, short checkpoint copies the rest while the
+        writer holds its commits (see :meth:`_hold_for_tail`).
+        """
+        while True:
+            await self._wal_grew.wait()
+            self._wal_grew = trio.Event()
+            self._dirty = False
+            try:
+                # Passes while they gain on the commits: each copies what
+                # came in during the last one.
+                left = _NEVER
+                for _ in range(_CATCH_UP_PASSES):
+                    _, _, done = await trio.to_thread.run_sync(self._checkpoint)
+                    self.checkpoints += 1
+                    left, previous = self._wal_frames() - done, left
+                    if left <= _TAIL_FRAMES or 2 * left > previous:
+                        break
+                if _file_size(self._wal) <= _WAL_BYTES:
+                    continue  # an idle service's small WAL: no need to restart it
+                self._tail_go = trio.Event()
+                self._tail_done = trio.Event()
+                self._tail_wanted = True
+                self._wake()
+                await self._tail_go.wait()
+                generation = _wal_generation(self._wal)
+                try:
+                    await trio.to_thread.run_sync(self._checkpoint)
+                finally:
+                    self._next_commit = trio.Event()
+                    self._tail_done.set()
+                self.checkpoints += 1
+                # The next commit restarts the WAL, unless the hold ran out
+                # (the next try comes at once, with a longer hold) or a
+                # reader of another connection still needed the WAL (the
+                # next try waits a little).
+                await self._next_commit.wait()
+                if _wal_generation(self._wal) == generation and not self._held_too_briefly:
+                    await trio.sleep(_TAIL_GAP_S)
+            finally:
+                self._checkpointing = False
+
+    def _wal_frames(self) -> int:
+        """How many frames the WAL holds, from its file's size (exact past ``_WAL_BYTES``)."""
+        return max(0, _file_size(self._wal) - _WAL_HEADER) // (self._page_size + _FRAME_HEADER)
+
+    async def _hold_for_tail(self) -> None:
+        """Commit nothing while the tail checkpoint runs, for a bounded time.
+
+        The bound is twice what the last tail took (at least ``_HOLD_S``);
+        when it runs out, commits go on (the WAL does not restart this time)
+        and the next bound is twice as long, up to ``_HOLD_MAX_S``: a slow
+        disk stalls the workers for about one tail checkpoint at most.
+        """
+        self._tail_wanted = False
+        self._tail_go.set()
+        start = trio.current_time()
+        with trio.move_on_after(self._hold_s):
+            await self._tail_done.wait()
+        self._held_too_briefly = not self._tail_done.is_set()
+        if self._held_too_briefly:
+            self._hold_s = min(_HOLD_MAX_S, self._hold_s * 2)
+        else:
+            took = trio.current_time() - start
+            self._hold_s = min(_HOLD_MAX_S, max(_HOLD_S, 2 * took))
+
+    async def aclose(self) -> None:
+        """:meth:`close` in a worker thread: closing the last connection checkpoints."""
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self.close)
+
     def close(self) -> None:
-        """Close both connections (after the writer task has ended)."""
+        """Close the connections (after the writer task has ended)."""
         if not self._closed:
             self._closed = True
             self._lookups.close()
-            self._reader.close()
-            self._writer.close()
+            for db in (self._checkpointer, self._spare, self._local):
+                db.close()
+
+
+_NEVER = 1 << 62  # a row count no batch reaches
+_GROUP_ROWS = 256  # rows that make a commit due when nobody waits for one
+_GROUP_S = 0.02  # how long rows nobody waits for may stay uncommitted
+_WAL_BYTES = 4 << 20  # WAL size that makes a checkpoint (and a WAL restart) due
+_CATCH_UP_PASSES = 4  # passive checkpoints before the tail, at most
+_TAIL_FRAMES = 256  # WAL frames left that a tail checkpoint copies while commits wait
+_HOLD_S = 0.02  # how long commits wait for a tail checkpoint, at least
+_HOLD_MAX_S = 1.0  # and at most
+_TAIL_GAP_S = 0.1  # the least time between two tail checkpoints
+_WAL_HEADER = 32
+_FRAME_HEADER = 24
+_FRESH_S = 0.25  # how old an idle service's lookup snapshot may get

@@ -27,8 +27,8 @@ import trio
 
 from .._runner import BindsRun, Drain, Pacer, Recorder, _check_arguments, run_each
 from .._util import sole_exception
-from ._convert import encode_value
-from ._journal import Journal, JournalEntry, JournalSession, error_row, ok_row
+from ._convert import ValueFormat, encode_value
+from ._journal import Journal, JournalEntry, JournalSession, error_row
 from ._retry import CutShort, Retry, attempt
 from ._signals import DEFAULT_SIGNALS, drain_on_signals
 from ._stats import ServeStats, Snapshots, Tally, registry
@@ -175,10 +175,15 @@ def _check(
     return journal, wanted
 
 
+def _check_key(name: object) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"key(item) must return a str, not {type(name).__name__}: {name!r}")
+
+
 def _key_of(key: Callable[[Any], str], item: object) -> str:
     name = key(item)
-    if type(name) is not str and not isinstance(name, str):
-        raise TypeError(f"key(item) must return a str, not {type(name).__name__}: {name!r}")
+    if type(name) is not str:
+        _check_key(name)
     return name
 
 
@@ -284,12 +289,16 @@ async def serve(
     # Rows wait for their commit only when someone hears about the item
     # (on_outcome); otherwise up to a backlog of them may, which keeps
     # memory bounded by the window and a constant.
-    session = journal.open(on_commit=service.committed, backlog=max(_BACKLOG, window))
+    # In a worker thread: creating a journal waits for the write lock
+    # should another service hold it.
+    session = await trio.to_thread.run_sync(
+        partial(journal.open, on_commit=service.committed, backlog=max(_BACKLOG, window))
+    )
     service.session = session
     try:
         return await service.serve()
     finally:
-        session.close()
+        await session.aclose()
 
 
 class _Service(Generic[T]):
@@ -343,6 +352,10 @@ class _Service(Generic[T]):
             and callable(getattr(trace, "errored", None))
             and not self.values_matter
         )
+        # What the per-item wrapper must do beyond the least.
+        self.once = retry is None and timeout is None
+        self.timed = on_outcome is not None or self.tally.histogram is not None or self.debug
+        self.entries_matter = on_outcome is not None or self.values_matter
 
     # -- one item ----------------------------------------------------------------------
 
@@ -386,96 +399,60 @@ class _Service(Generic[T]):
         ``on_complete`` gets it): None for a failure or an item cut short, the
         recorded value for a skipped one.
         """
-        name = None if self.key is None else _key_of(self.key, item)
+        name: str | None = None
+        if self.key is not None:
+            name = self.key(item)
+            if type(name) is not str:
+                _check_key(name)
         session = self.session
         if session is not None:
             assert name is not None
-            entry: JournalEntry | None = None
-            if self.on_outcome is None and not self.values_matter:
-                status = session.status(name)  # the cheaper query
-            else:
-                entry = session.entry(name)
-                status = None if entry is None else "ok" if entry.ok else "error"
+            # The one-column query first: most keys are new ones.
+            status = session.status(name)
             if status is not None and (status == "ok" or not self.rerun_errors):
-                # No schedule point since this worker pulled the item, so the
-                # token it took is still the limiter's latest: refund exactly.
-                if self.rate is not None:
-                    self.rate.refund()
+                entry = session.entry(name) if self.entries_matter else None
                 return await self.skip(item, name, entry)
         tally = self.tally
         tally.running += 1
-        value = _CUT
-        try:
-            value = await self.attempt(item, name)
-        finally:
-            tally.running -= 1
-            if value is _CUT:
-                # A drain cut its backoff, a grace or second signal cancelled
-                # it: not journaled, so a restart runs it again.
-                tally.cut += 1
-        return None if value is _CUT else value
-
-    async def skip(self, item: T, name: str, entry: JournalEntry | None) -> Any:
-        """Hand on a recorded outcome; ``entry`` is there when someone hears it."""
-        self.tally.skipped += 1
-        if self.debug:
-            logger.debug("item %s skipped: the journal holds it", name)
-        if entry is None:
-            return None
-        if self.on_outcome is not None:
-            await self.on_outcome(
-                ServedItem(item, name, entry.ok, entry.value, entry.error, entry.attempts,
-                           entry.duration_s, True)
-            )  # fmt: skip
-        return entry.value
-
-    async def attempt(self, item: T, name: str | None) -> Any:
-        """Run, record and acknowledge one item.
-
-        Returns:
-            What the run returned (None for a failure), or ``_CUT`` when a
-            drain cut the item short.
-        """
-        tally = self.tally
         started = time.time()
-        start = trio.current_time()
+        start = trio.current_time() if self.timed else 0.0
         value: Any = None
         error: BaseException | None = None
-        if self.retry is None and self.timeout is None:
-            attempts = 1
+        attempts = 1
+        if self.once:
             try:
                 value = await self.run(item)
             except Exception as exc:
                 error = exc
+            except BaseException:
+                # A grace or second signal cancelled it: not journaled, so a
+                # restart runs it again.
+                tally.running -= 1
+                tally.cut += 1
+                raise
         else:
             try:
-                tried = await attempt(
-                    partial(self.run, item), retry=self.retry, limit=self.timeout, drain=self.drain
-                )
-            except CutShort as cut:
-                logger.info(
-                    "%s cut short by a drain while waiting to retry (%d attempt(s)): %r",
-                    self.label(item, name),
-                    cut.attempts,
-                    cut.last,
-                )
-                return _CUT
-            attempts = tried.attempts
-            tally.retried += attempts - 1
-            result = tried.result
-            if type(result) is outcome.Error:
-                error = result.error
-            else:
-                value = result.value
-        duration = trio.current_time() - start
-        session = self.session
+                tried = await self.attempt(item, name)
+            except BaseException:
+                tally.running -= 1
+                tally.cut += 1
+                raise
+            if tried is None:  # a drain cut its backoff
+                tally.running -= 1
+                tally.cut += 1
+                return None
+            attempts, value, error = tried
+        tally.running -= 1
         if error is not None:
             if self.raise_errors:
                 raise error
             logger.warning(
                 "%s failed after %d attempt(s): %r", self.label(item, name), attempts, error
             )
-        tally.observe(duration)
+        duration = 0.0
+        if self.timed:
+            duration = trio.current_time() - start
+            tally.observe(duration)
         if session is None:
             if error is None:
                 tally.ok += 1
@@ -484,13 +461,13 @@ class _Service(Generic[T]):
         else:
             # Counted once committed (see committed()), not before.
             assert name is not None
-            finished = started + duration
             if error is None:
                 batch = session.add_ok(
-                    ok_row(name, attempts, encode_value(value), started, finished)
-                )
+                    name, attempts, _NULL if value is None else encode_value(value), started,
+                    time.time(),
+                )  # fmt: skip
             else:
-                batch = session.add_error(error_row(name, attempts, error, started, finished))
+                batch = session.add_error(error_row(name, attempts, error, started, time.time()))
             tally.pending += 1
             if self.on_outcome is not None or session.backlogged:
                 await session.committed(batch)
@@ -509,6 +486,49 @@ class _Service(Generic[T]):
         if error is not None and self.mark_errors:
             return _Failed(error)
         return value
+
+    async def skip(self, item: T, name: str, entry: JournalEntry | None) -> Any:
+        """Hand on a recorded outcome; ``entry`` is there when someone hears it."""
+        # No schedule point since this worker pulled the item, so the token
+        # it took is still the limiter's latest: refund exactly.
+        if self.rate is not None:
+            self.rate.refund()
+        self.tally.skipped += 1
+        if self.debug:
+            logger.debug("item %s skipped: the journal holds it", name)
+        if entry is None:
+            return None
+        if self.on_outcome is not None:
+            await self.on_outcome(
+                ServedItem(item, name, entry.ok, entry.value, entry.error, entry.attempts,
+                           entry.duration_s, True)
+            )  # fmt: skip
+        return entry.value
+
+    async def attempt(self, item: T, name: str | None) -> _Tried | None:
+        """Run one item under the retry policy and timeout.
+
+        Returns:
+            The attempts made, the value (None for a failure) and the last
+            attempt's error, or None when a drain cut the item short.
+        """
+        try:
+            tried = await attempt(
+                partial(self.run, item), retry=self.retry, limit=self.timeout, drain=self.drain
+            )
+        except CutShort as cut:
+            logger.info(
+                "%s cut short by a drain while waiting to retry (%d attempt(s)): %r",
+                self.label(item, name),
+                cut.attempts,
+                cut.last,
+            )
+            return None
+        self.tally.retried += tried.attempts - 1
+        result = tried.result
+        if type(result) is outcome.Error:
+            return tried.attempts, None, result.error
+        return tried.attempts, result.value, None
 
     def label(self, item: T, name: str | None = None) -> str:
         """How log lines name an item: by its key when there is one."""
@@ -574,6 +594,7 @@ class _Service(Generic[T]):
             async with trio.open_nursery() as nursery:
                 if self.session is not None:
                     nursery.start_soon(self.session.run_writer)
+                    nursery.start_soon(self.session.run_checkpointer)
                 if self.ticking:
                     nursery.start_soon(self.tick, start)
                 graced = trio.CancelScope()
@@ -649,6 +670,8 @@ class _Failed:
         self.error = error
 
 
+_Tried = tuple[int, Any, BaseException | None]  # attempts, value, error
+_NULL: tuple[str, ValueFormat] = ("null", "json")  # encode_value(None)
 _BACKLOG = 1024  # uncommitted rows before a service without on_outcome waits
 _CUT: Any = object()  # attempt()'s answer for an item a drain cut short
 
