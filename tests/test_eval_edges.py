@@ -30,7 +30,8 @@ def run_json(out: Path) -> dict[str, Any]:
 
 def tasks(*inputs: Any, ids: tuple[str, ...] = ()) -> Taskset[Task]:
     if ids:
-        return Taskset.from_iterable([Task(input=i, id=n) for i, n in zip(inputs, ids, strict=True)])
+        pairs = zip(inputs, ids, strict=True)
+        return Taskset.from_iterable([Task(input=i, id=n) for i, n in pairs])
     return Taskset.from_iterable([Task(input=i) for i in inputs])
 
 
@@ -56,9 +57,7 @@ class NoRepr:
         raise RuntimeError("no repr")
 
 
-async def test_a_result_whose_repr_fails_keeps_its_row(
-    tmp_path: Path, autojump_clock: Any
-) -> None:
+async def test_a_result_whose_repr_fails_keeps_its_row(tmp_path: Path, autojump_clock: Any) -> None:
     results = {1: {"factorial": math.factorial(2000)}, 2: NoRepr(), 3: "fine"}
 
     async def run(task: Task) -> Any:

@@ -5,9 +5,10 @@ place, with ``run.json`` and an empty ``results.jsonl``, and renamed into
 place, so a kill at any instant leaves either no directory or one a resume
 can read. A session holds ``.lock`` in the directory (:class:`SessionLock`)
 from before it reads anything of an earlier session until it has written
-its final ``run.json``, so two sessions never write one run. Rows are then appended and flushed one by one, so a run killed
-at any instant keeps every finished rollout except, at worst, a torn last
-line, which :func:`read_results` sets aside instead of failing.
+its final ``run.json``, so two sessions never write one run. Rows are then
+appended and flushed one by one, so a run killed at any instant keeps
+every finished rollout except, at worst, a torn last line, which
+:func:`read_results` sets aside instead of failing.
 
 Every line is strict JSON (RFC 8259): no ``NaN``/``Infinity``, valid UTF-8,
 and U+2028, U+2029 and U+0085 escaped, so that any line-splitting reader
@@ -199,7 +200,7 @@ class RunLog:
         self._file.flush()
 
     def close(self, record: RunRecord) -> RunRecord:
-        """Close ``results.jsonl``, write the final ``record`` and let go of the lock; returns it."""
+        """Close ``results.jsonl``, write the final ``record``, let go of the lock; return it."""
         try:
             self._file.close()
             write_run_record(self.directory, record)

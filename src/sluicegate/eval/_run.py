@@ -43,7 +43,7 @@ from ._log import (
     read_results,
     read_run_record,
 )
-from ._plan import DuplicateTaskId, Kind, Slot, Source, check, kind_of, plan
+from ._plan import DuplicateTaskId, EvalSource, Kind, Slot, Source, check, kind_of, plan
 from ._records import Row, RunRecord, StopReason
 from ._report import EvalReport, begin, budget_text, end
 from ._rollout import AttemptFn, Rollouts, attempt_here
@@ -235,6 +235,7 @@ async def _run_slots(
     slots: Any = source
     try:
         async with (
+            source.reporting() if isinstance(source, EvalSource) else contextlib.nullcontext(),
             _serving(rollouts.env),
             open_stream(
                 slots,
