@@ -224,3 +224,27 @@ def test_a_factory_that_exits_or_raises_is_a_usage_error(
     assert len(lines) == 1 and lines[0].startswith("sluicegate eval: error: "), lines
     assert message in lines[0]
     assert not out.exists()
+
+
+# -- B10: finite scores whose sum overflows still have a mean --------------------------
+
+
+async def test_finite_scores_whose_sum_overflows_have_a_finite_mean(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    def score(task: Task, result: Any) -> Any:
+        return {"big": 1e308, "tiny": 5e-324}
+
+    report = await evaluate(Env(tasks(1, 2, 3), score=score), output_dir=tmp_path)
+    assert (report.stop_reason, report.passed) == ("completed", True), report.error
+    assert report.scores == {"big": 1e308, "tiny": 5e-324}
+    record = run_json(tmp_path)
+    assert (record["stop_reason"], record["scores"]["big"]) == ("completed", 1e308)
+    again = await evaluate(Env(tasks(1, 2, 3), score=score), output_dir=tmp_path, resume=True)
+    assert (again.stop_reason, again.scores["big"]) == ("completed", 1e308)
+
+
+def test_the_report_histogram_of_scores_whose_sum_overflows(tmp_path: Path) -> None:
+    from sluicegate.report._svg import histograms_svg
+
+    assert "mean 1e+308 over 2" in histograms_svg({"big": [1e308, 1e308]})
