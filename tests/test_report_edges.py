@@ -278,3 +278,40 @@ def test_plot_of_several_scores_and_a_bare_run_json(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text(json.dumps({"environment": "bare"}))
     width, _ = png_size(plot(tmp_path, tmp_path / "t.png"))
     assert width > 1100  # the score panel is there
+
+
+async def test_report_of_a_resumed_run_counts_the_latest_row_of_each_rollout(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    from sluicegate import Task, Taskset
+    from sluicegate.eval import evaluate
+
+    outage = True
+
+    class Env:
+        taskset = Taskset.from_iterable([Task(input=n) for n in range(4)])
+
+        async def run(self, task: Task) -> int:
+            if outage and task.input % 2:
+                raise ConnectionError("upstream down")
+            return int(task.input)
+
+        def score(self, task: Task, result: int) -> float:
+            return 1.0
+
+    out = tmp_path / "fo"
+    first = await evaluate(Env(), output_dir=out, fail_on_error=10)
+    assert first.errors == 2
+    outage = False
+    again = await evaluate(Env(), output_dir=out, resume=True)
+    assert (again.passed, again.ok, again.errors) == (True, 4, 0)
+    assert len((out / "results.jsonl").read_text().splitlines()) == 6
+
+    page = write_report(out).read_text(encoding="utf-8")
+    assert "<b>4</b><span>rollouts recorded</span>" in page
+    assert "<b>4</b><span>ok</span>" in page
+    assert "<span>error</span>" not in page
+    assert "errors by type" not in page and 'data-filter="error"' not in page
+    assert "upstream down" not in page
+    assert "2 earlier row(s) of rollouts a resume ran again" in page
+    assert page.count('class="r" role="row"') == 4
