@@ -310,3 +310,28 @@ async def test_tasks_dropped_by_the_cap_or_the_filter_are_reported_as_abandoned(
     assert run_json(tmp_path)["counts"]["abandoned"] == 0
     cap = [TaskCapWarning] if "num_tasks" in limits else []
     assert [w.category for w in caught] == cap
+
+
+async def test_the_progress_bound_is_dropped_once_a_rollout_past_r_is_added(
+    tmp_path: Path, autojump_clock: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    async def run(task: Task) -> int:
+        k = current_rollout()
+        await trio.sleep(1 + k)
+        if k < 8:
+            enqueue(task, rollout=k + 4)
+        return k
+
+    source = SampleSource[Task, int].from_items([Task(input=1, id="a")])
+    report = await evaluate(
+        Env(source, run), num_tasks=1, rollouts=4, output_dir=tmp_path, display="plain"
+    )
+    assert (report.stop_reason, report.ok) == ("completed", 12)
+    lines = re.findall(r"^(\d+)/(\d+)\+( \(<= (\d+)\))? done", capsys.readouterr().out, re.M)
+    assert lines, "no progress line"
+    for done, planned, _, bound in lines:
+        # A bound is only shown while it holds: never below what is planned.
+        assert not bound or int(done) <= int(planned) <= int(bound), lines
+    assert any(not bound and int(planned) > 4 for _, planned, _, bound in lines), lines

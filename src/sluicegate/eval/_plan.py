@@ -413,6 +413,9 @@ class EvalSource(SampleSource[Any, Any]):
                 continue
             self._admitted.add(task_id)
             self._tally.planned += len(rollouts)
+            if rollouts.stop > self._config.rollouts:
+                # A rollout past -r: -n times -r no longer bounds the total.
+                self._tally.bound = None
             slots.extend(Slot(task_id, k, task) for k in rollouts)
         return slots
 

@@ -26,7 +26,9 @@ class Tally:
         planned: Rollouts planned so far, resumed ones included; it grows
             while a stream or a ``SampleSource`` adds tasks.
         growing: Whether ``planned`` may still grow.
-        bound: The most ``planned`` can grow to (``-n`` times ``-r``), if known.
+        bound: The most ``planned`` can grow to (``-n`` times ``-r``), if
+            known; None once ``enqueue(task, rollout=k)`` adds a rollout
+            past ``-r``.
         ok: Ok rollouts, resumed ones included.
         errors: Error rows written by this session.
         resumed: Ok rollouts found on disk by ``--resume``.
