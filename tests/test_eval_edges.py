@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 
-from sluicegate import Task, Taskset
+from sluicegate import Task, Taskset, Timeline
 from sluicegate.eval import evaluate
 
 ENVS = Path(__file__).parent / "eval_envs"
@@ -248,3 +248,27 @@ def test_the_report_histogram_of_scores_whose_sum_overflows(tmp_path: Path) -> N
     from sluicegate.report._svg import histograms_svg
 
     assert "mean 1e+308 over 2" in histograms_svg({"big": [1e308, 1e308]})
+
+
+# -- B14: trace= and drain= are checked before anything happens ------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"trace": "yes"}, "trace must be True, None or a recorder"),
+        ({"trace": Timeline}, "trace must be True, None or a recorder"),
+        ({"drain": "soon"}, "drain must be a sluicegate.Drain or None"),
+    ],
+)
+async def test_a_bad_trace_or_drain_is_refused_before_anything_happens(
+    tmp_path: Path, setting: dict[str, Any], message: str
+) -> None:
+    ran: list[object] = []
+
+    async def run(task: Task) -> Any:
+        ran.append(task)
+
+    with pytest.raises(ValueError, match=message):
+        await evaluate(Env(tasks(1), run), output_dir=tmp_path / "o", **setting)
+    assert not (tmp_path / "o").exists() and not ran

@@ -108,6 +108,26 @@ def _on_dask() -> ModuleType:
     return _dask
 
 
+def _check_hooks(drain: object, trace: object) -> None:
+    """Refuse a ``drain`` or ``trace`` the runner would refuse, before anything is written.
+
+    Raises:
+        UsageError: naming the argument.
+    """
+    if drain is not None and not isinstance(drain, Drain):
+        raise UsageError(f"drain must be a sluicegate.Drain or None, not {drain!r}")
+    # A class has the methods too, unbound: Timeline for Timeline() is a slip.
+    if not (
+        trace is None
+        or trace is True
+        or (isinstance(trace, Recorder) and not isinstance(trace, type))
+    ):
+        raise UsageError(
+            f"trace must be True, None or a recorder with pulled(), started(), finished() "
+            f"and marked() (a Timeline), not {trace!r}"
+        )
+
+
 def _setup(
     env: object,
     resume: bool,
@@ -424,7 +444,8 @@ async def evaluate(
             (main thread only). A static set's ``load()`` then runs in a
             worker thread, so that signals are heard while it reads.
         trace: A recorder handed to the runner as its ``trace=``: it hears of
-            every slot pulled, started and finished. None records nothing.
+            every slot pulled, started and finished. True records a trace
+            in the output directory (``--trace``); None records nothing.
         dask: Run each attempt on a Dask cluster: ``"local"`` starts an
             embedded ``LocalCluster`` for the evaluation, another string is
             a scheduler address, and a bridge from
@@ -439,6 +460,7 @@ async def evaluate(
             refused before anything ran (a ``load()`` that raised and
             duplicate task ids included).
     """
+    _check_hooks(drain, trace)
     shown = make_display(display)
     setup = _setup(
         env,
