@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -272,3 +274,49 @@ async def test_a_bad_trace_or_drain_is_refused_before_anything_happens(
     with pytest.raises(ValueError, match=message):
         await evaluate(Env(tasks(1), run), output_dir=tmp_path / "o", **setting)
     assert not (tmp_path / "o").exists() and not ran
+
+
+# -- B15: one rule for a score and for each value of a mapping of scores ---------------
+
+
+async def test_any_real_number_is_a_score_and_a_bool_or_text_never_is(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    np = pytest.importorskip("numpy")
+
+    given: list[Any] = [
+        np.float32(0.5),
+        np.int64(2),
+        Decimal("0.25"),
+        Fraction(3, 4),
+        {"acc": np.float64(0.5), "n": Decimal(1), "f": Fraction(1, 2)},
+        True,
+        "0.75",
+        {"acc": True},
+        {"acc": "0.75"},
+        np.bool_(True),
+        10**400,
+        {"acc": Decimal("NaN")},
+    ]
+
+    def score(task: Task, result: Any) -> Any:
+        return given[task.input]
+
+    report = await evaluate(
+        Env(tasks(*range(len(given))), score=score), output_dir=tmp_path, fail_on_error=100
+    )
+    assert report.stop_reason == "completed", report.error
+    got = {int(row["task_id"]) - 1: row for row in rows(tmp_path)}
+    assert [got[n]["score"] for n in range(5)] == [
+        0.5,
+        2.0,
+        0.25,
+        0.75,
+        {"acc": 0.5, "n": 1.0, "f": 0.5},
+    ]
+    for n in range(5, len(given)):
+        assert got[n]["status"] == "error", (n, got[n])
+    assert {got[n]["error"]["type"] for n in (5, 6, 7, 8, 9)} == {"TypeError"}
+    assert {got[n]["error"]["type"] for n in (10, 11)} == {"ValueError"}
+    message = got[7]["error"]["message"]
+    assert "score() returned 'acc': True: a score must be a real number" in message
