@@ -320,3 +320,38 @@ async def test_any_real_number_is_a_score_and_a_bool_or_text_never_is(
     assert {got[n]["error"]["type"] for n in (10, 11)} == {"ValueError"}
     message = got[7]["error"]["message"]
     assert "score() returned 'acc': True: a score must be a real number" in message
+
+
+# -- B16: a BaseException from inside run fails the run, naming the exception ----------
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"), [("exit", "SystemExit: 4"), ("custom", "Custom: deep in a library")]
+)
+def test_a_base_exception_inside_run_fails_the_run_and_exits_1(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    error: str,
+) -> None:
+    from sluicegate.cli import main
+
+    monkeypatch.setenv("SLUICEGATE_TEST_RAISE", kind)
+    out = tmp_path / "out"
+    target = f"{ENVS / 'base_exit.py'}:env"
+    assert main(["eval", target, "-o", str(out), "--display", "none"]) == 1
+    assert f"sluicegate eval: failed: {error}" in capsys.readouterr().err
+    record = run_json(out)
+    assert (record["stop_reason"], record["error"], record["passed"]) == ("failed", error, False)
+
+
+async def test_a_keyboard_interrupt_inside_run_is_still_an_interruption(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    async def run(task: Task) -> Any:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        await evaluate(Env(tasks(1), run), output_dir=tmp_path)
+    assert run_json(tmp_path)["stop_reason"] == "interrupted"

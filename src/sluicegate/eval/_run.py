@@ -280,13 +280,27 @@ async def _run_slots(
                         raise _ErrorBudgetCrossed
     except _ErrorBudgetCrossed:
         return "failed", budget_text(config, tally.errors)
-    except Exception as exc:
+    except BaseException as exc:
+        # A KeyboardInterrupt is an interruption, and a cancellation belongs
+        # to the scope that asked for it. Anything else, a SystemExit from a
+        # library deep in a rollout included, is the run failing: nothing
+        # interrupted it.
+        if _interrupts(exc):
+            raise
         if not isinstance(exc, DuplicateTaskId):
             # The environment's own failure: its traceback is what the user
             # needs. Our own refusals say everything in one line.
             logger.error("the environment failed", exc_info=exc)
         return "failed", f"{type(exc).__name__}: {exc}"
     return "completed", None
+
+
+def _interrupts(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or holds) a ``KeyboardInterrupt`` or a cancellation."""
+    stops = (KeyboardInterrupt, trio.Cancelled)
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(stops) is not None
+    return isinstance(exc, stops)
 
 
 def _stopped(
