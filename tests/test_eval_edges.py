@@ -355,3 +355,38 @@ async def test_a_keyboard_interrupt_inside_run_is_still_an_interruption(
     with pytest.raises(KeyboardInterrupt):
         await evaluate(Env(tasks(1), run), output_dir=tmp_path)
     assert run_json(tmp_path)["stop_reason"] == "interrupted"
+
+
+# -- D1: with the rich bar on a terminal, messages still go to standard error ----------
+
+
+async def test_messages_go_to_stderr_above_a_rich_bar_on_a_terminal(
+    tmp_path: Path,
+    autojump_clock: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rich.console import Console
+
+    from sluicegate._terminal import messages
+
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich takes standard output for a terminal
+    assert Console().is_terminal
+
+    async def run(task: Task) -> Any:
+        await trio.sleep(task.input)
+        if task.input % 2:
+            raise KeyError(f"missing {task.input}")
+        return task.input
+
+    with messages("sluicegate eval"):
+        report = await evaluate(
+            Env(tasks(1, 2, 3, 4), run), output_dir=tmp_path, display="rich", fail_on_error=10
+        )
+    assert report.errors == 2
+    captured = capsys.readouterr()
+    for n in (1, 3):
+        line = f"sluicegate eval: task {n} rollout 0 failed: KeyError: 'missing {n}'"
+        assert line in captured.err.splitlines()
+        assert f"missing {n}" not in captured.out
+    assert "sluicegate eval" in captured.out  # the summary table stays on standard output
