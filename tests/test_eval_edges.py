@@ -390,3 +390,22 @@ async def test_messages_go_to_stderr_above_a_rich_bar_on_a_terminal(
         assert line in captured.err.splitlines()
         assert f"missing {n}" not in captured.out
     assert "sluicegate eval" in captured.out  # the summary table stays on standard output
+
+
+# -- N1: an empty output directory is a usage error -------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["-o", "--resume"])
+def test_an_empty_output_directory_is_a_usage_error(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    flag: str,
+) -> None:
+    from sluicegate.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    target = f"{ENVS / 'base_exit.py'}:env"
+    assert main(["eval", target, flag, "", "--display", "none"]) == 2
+    assert "is empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -144,6 +144,9 @@ def _setup(
     """
     if resume and output_dir is None:
         raise UsageError("resume=True needs output_dir: the directory of the run to continue")
+    if output_dir is not None and not os.fspath(output_dir):
+        # Path("") is the current directory: never what an empty -o meant.
+        raise UsageError("-o/--output (output_dir) is empty: give the run's directory")
     earlier = None
     if env is None:
         if not resume:
