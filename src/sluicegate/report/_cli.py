@@ -31,8 +31,9 @@ def register(commands: Any) -> None:
         "-o",
         "--output",
         metavar="FILE",
-        help="the image to write; its suffix picks the format (.png, .svg, .pdf); "
-        "default timeline.png in the run directory (or beside the trace)",
+        help="the image to write; its suffix picks the format (.png, .svg, .pdf), .png "
+        "when it has none, timeline.png inside it when it is a directory; default "
+        "timeline.png in the run directory (or beside the trace)",
     )
     plot.set_defaults(handler=_plot)
 
