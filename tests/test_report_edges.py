@@ -315,3 +315,41 @@ async def test_report_of_a_resumed_run_counts_the_latest_row_of_each_rollout(
     assert "upstream down" not in page
     assert "2 earlier row(s) of rollouts a resume ran again" in page
     assert page.count('class="r" role="row"') == 4
+
+
+def test_anomalies_leave_out_runs_a_later_session_ran_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A killed session's unfinished runs, all run again by the resume: no anomaly left."""
+
+    async def killed() -> None:
+        timeline = Timeline(label=lambda n: f"t{n} #0", log=tmp_path / TRACE_LOG)
+        for index in range(3):
+            timeline.pulled(index, index)
+            timeline.started(index)
+        await trio.sleep(1)
+        timeline.finished(0, None)
+        # SIGKILL: t1 #0 and t2 #0 never finish.
+
+    async def resumed(labels: list[str]) -> None:
+        with recording(tmp_path, label=lambda n: labels[n]) as timeline:
+            for index in range(len(labels)):
+                timeline.pulled(index, index)
+                timeline.started(index)
+            await trio.sleep(1)
+            for index in range(len(labels)):
+                timeline.finished(index, None)
+
+    trio.run(killed, clock=trio.testing.MockClock(autojump_threshold=0))
+    trio.run(resumed, ["t1 #0"], clock=trio.testing.MockClock(autojump_threshold=0))
+    (tmp_path / TRACE).unlink(missing_ok=True)
+    assert main(["trace", str(tmp_path), "--anomalies"]) == 1
+    out = capsys.readouterr().out
+    assert "1 run(s) started and never finished" in out and "t2 #0" in out
+    assert "t1 #0" not in out
+    assert "(1 unfinished in an earlier session ran again in a later one)" in out
+
+    trio.run(resumed, ["t2 #0"], clock=trio.testing.MockClock(autojump_threshold=0))
+    assert main(["trace", str(tmp_path), "--anomalies"]) == 0
+    out = capsys.readouterr().out
+    assert "no anomalies: every run that started finished (2 unfinished in an earlier" in out
