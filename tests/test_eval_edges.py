@@ -409,3 +409,16 @@ def test_an_empty_output_directory_is_a_usage_error(
     assert main(["eval", target, flag, "", "--display", "none"]) == 2
     assert "is empty" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+# -- N4: --resume compares --id as a set -------------------------------------------------
+
+
+async def test_a_resume_compares_ids_as_a_set(tmp_path: Path, autojump_clock: Any) -> None:
+    env = Env(tasks(1, 2, 3))
+    first = await evaluate(env, output_dir=tmp_path, ids=["1", "2"])
+    assert first.ok == 2
+    again = await evaluate(env, output_dir=tmp_path, ids=["2", "1", "2"], resume=True)
+    assert (again.stop_reason, again.ok) == ("completed", 2)
+    with pytest.raises(ValueError, match=r"--id: \['1', '2'\] in run.json, \['1', '3'\] now"):
+        await evaluate(env, output_dir=tmp_path, ids=["3", "1"], resume=True)

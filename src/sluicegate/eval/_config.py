@@ -292,6 +292,9 @@ def differences(recorded: EvalConfig, current: EvalConfig) -> list[str]:
         old, new = getattr(recorded, key), getattr(current, key)
         if key == "target" and new is None:
             continue
+        if key == "ids":
+            # A selection: the order and repeats of --id mean nothing.
+            old, new = sorted(set(old)), sorted(set(new))
         if old != new:
             found.append(f"{flag}: {_shown(old)} in run.json, {_shown(new)} now")
     return found
