@@ -235,13 +235,15 @@ async def test_n_on_a_never_ending_feed_gives_exactly_n_rows(
     assert run_json(tmp_path)["counts"]["planned"] == 3
 
 
-async def test_n_zero_never_starts_the_feed(tmp_path: Path, autojump_clock: Any) -> None:
+async def test_n_zero_is_refused_before_the_feed_starts(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    # A run that evaluates nothing must not pass a gate (review N5).
     feed = Feed()
-    outcome = await go(tmp_path, Env(feed), "-n", "0")
-    assert outcome.exit_status == 0
+    with pytest.raises(ValueError, match=r"-n/--num-tasks must be >= 1, got 0"):
+        await evaluate(Env(feed), num_tasks=0, output_dir=tmp_path / "out")
     assert feed.pulls == 0
-    assert rows(tmp_path) == []
-    assert run_json(tmp_path)["counts"]["planned"] == 0
+    assert not (tmp_path / "out").exists()
 
 
 async def test_the_live_feed_example_stops_after_n(tmp_path: Path, autojump_clock: Any) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -422,3 +423,45 @@ async def test_a_resume_compares_ids_as_a_set(tmp_path: Path, autojump_clock: An
     assert (again.stop_reason, again.ok) == ("completed", 2)
     with pytest.raises(ValueError, match=r"--id: \['1', '2'\] in run.json, \['1', '3'\] now"):
         await evaluate(env, output_dir=tmp_path, ids=["3", "1"], resume=True)
+
+
+# -- N5: a run that selected nothing fails ------------------------------------------------
+
+
+def test_an_id_matching_no_task_of_a_static_set_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sluicegate.cli import main
+
+    out = tmp_path / "out"
+    target = f"{ENVS / 'base_exit.py'}:env"
+    assert main(["eval", target, "--id", "99", "-o", str(out), "--display", "none"]) == 2
+    assert "sluicegate eval: error: --id matched no task: 99" in capsys.readouterr().err
+    assert not out.exists()
+    with pytest.raises(SystemExit) as refused:  # argparse's own usage error
+        main(["eval", target, "-n", "0", "-o", str(out), "--display", "none"])
+    assert refused.value.code == 2
+    assert "-n/--num-tasks: must be >= 1, got 0" in capsys.readouterr().err
+    assert not out.exists()
+
+
+class Feed(Taskset[Task]):
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    async def stream(self) -> Any:
+        for n in range(1, self.count + 1):
+            await trio.sleep(1)
+            yield Task(input=n)
+
+
+@pytest.mark.parametrize(("count", "ids"), [(3, ["nope"]), (0, [])])
+async def test_a_stream_that_selected_nothing_fails(
+    tmp_path: Path, autojump_clock: Any, count: int, ids: list[str]
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = await evaluate(Env(Feed(count)), num_tasks=5, ids=ids, output_dir=tmp_path)
+    assert (report.stop_reason, report.passed, report.exit_status) == ("failed", False, 1)
+    assert report.error is not None and report.error.startswith("nothing to evaluate")
+    assert run_json(tmp_path)["stop_reason"] == "failed"

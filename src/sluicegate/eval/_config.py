@@ -248,7 +248,7 @@ def configure(
     retry_names, retry_types = _retry_on(retry_on)
     return EvalConfig(
         target=target,
-        num_tasks=None if num_tasks is None else _count("-n/--num-tasks", num_tasks, 0),
+        num_tasks=None if num_tasks is None else _count("-n/--num-tasks", num_tasks, 1),
         rollouts=_count("-r/--rollouts", rollouts, 1),
         concurrency=_count("-c/--concurrency", concurrency, 1),
         shuffle=shuffle,

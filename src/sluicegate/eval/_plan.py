@@ -258,10 +258,15 @@ async def _static_slots(
         raise UsageError(str(exc)) from None
     if config.shuffle is not None:
         pairs = list(Taskset.from_iterable(pairs).shuffle(config.shuffle))
+    if not pairs:
+        raise UsageError("the taskset's load() returned no task: there is nothing to evaluate")
     if config.ids:
         wanted = set(config.ids)
         pairs = [pair for pair in pairs if pair[0] in wanted]
         unknown = wanted.difference(task_id for task_id, _ in pairs)
+        if not pairs:
+            # A typo in --id must not pass a gate having evaluated nothing.
+            raise UsageError(f"--id matched no task: {', '.join(sorted(unknown))}")
         if unknown:
             warnings.warn(
                 f"--id matched no task for: {', '.join(sorted(unknown))}",

@@ -108,6 +108,9 @@ def _on_dask() -> ModuleType:
     return _dask
 
 
+_NOTHING = "nothing to evaluate: the taskset gave no task, or --id matched none of those read"
+
+
 def _check_hooks(drain: object, trace: object) -> None:
     """Refuse a ``drain`` or ``trace`` the runner would refuse, before anything is written.
 
@@ -394,6 +397,10 @@ async def _session(
                 )
                 with cancel, traced as recorder:
                     stop, error = await _run_slots(source, rollout, config, log, tally, recorder)
+                if stop == "completed" and tally.planned == 0:
+                    # A stream or a SampleSource that gave no task (or none
+                    # --id selected): a run that evaluated nothing must not pass.
+                    stop, error = "failed", _NOTHING
         finally:
             # Written however the session ends, a KeyboardInterrupt or an
             # outside cancellation included: run.json never stays unfinished.
