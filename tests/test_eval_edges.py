@@ -19,6 +19,7 @@ import trio
 
 from sluicegate import Task, Taskset, Timeline
 from sluicegate.eval import evaluate
+from test_eval_api import Env
 
 ENVS = Path(__file__).parent / "eval_envs"
 
@@ -36,20 +37,6 @@ def tasks(*inputs: Any, ids: tuple[str, ...] = ()) -> Taskset[Task]:
         pairs = zip(inputs, ids, strict=True)
         return Taskset.from_iterable([Task(input=i, id=n) for i, n in pairs])
     return Taskset.from_iterable([Task(input=i) for i in inputs])
-
-
-class Env:
-    def __init__(self, taskset: Any, run: Any = None, score: Any = None) -> None:
-        self.taskset = taskset
-        self._run = run
-        if score is not None:
-            self.score = score
-
-    async def run(self, task: Any) -> Any:
-        if self._run is not None:
-            return await self._run(task)
-        await trio.sleep(1)
-        return task.input
 
 
 # -- B5: a result without a repr() is still written ------------------------------------
