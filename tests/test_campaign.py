@@ -10,6 +10,7 @@ import shutil
 import signal
 import stat
 import sys
+import warnings
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -229,7 +230,8 @@ async def test_a_cost_the_ledger_cannot_record_blocks_that_job_and_the_campaign_
     assert "the ledger cannot record" in (big.reason or "") and "1E+20" in (big.reason or "")
     assert big.cost == D("2")  # held to its dispatch reservation
     assert report.stop_reason == "panel_exhausted"
-    assert report.spent == D("2.75") and report.held == 0
+    # big and stage (which raised) are each held to their reservation: 2 + 0.5 + 0.25 + 1.
+    assert report.spent == D("3.75") and report.held == 0
     assert (await env.run()).rows == report.rows  # a rerun reads it again, calmly
 
 
@@ -365,15 +367,26 @@ async def test_open_stage_reservations_or_a_raising_job(env: Env) -> None:
     env.write_plan(
         [
             {"key": "a", "options": {"leave_open": "tests"}},
-            {"key": "b", "options": {"fail": "boom"}},
+            {"key": "b", "reservation": "2", "options": {"fail": "boom"}},
+            {"key": "c", "reservation": "3", "options": {"returns": 42}},
         ],
+        max_parallel=3,  # all at once: none waits behind a's uncertain end
     )
     report = await env.run()
-    assert statuses(report) == {"a": "uncertain", "b": "blocked"}
+    assert statuses(report) == {"a": "uncertain", "b": "blocked", "c": "blocked"}
     assert "left 1 stage reservation(s) open" in (report.row("a").reason or "")
-    assert "boom" in (report.row("b").reason or "")
     assert "RuntimeError: boom" in (env.out / "jobs" / "b" / "stderr.log").read_text()
     assert env.ledger.usage(env.scope("a")).uncertain == D("1.5")
+    # They may have spent before they broke off, and said nothing of what:
+    # each is held to its dispatch reservation (it was settled at 0 before).
+    b, c = report.row("b"), report.row("c")
+    assert (b.cost, c.cost) == (D("2"), D("3"))
+    assert b.reason == (
+        "job raised RuntimeError('boom'); it reported no cost, so its dispatch "
+        "reservation is settled at its full 2.00"
+    )
+    assert (c.reason or "").startswith("job returned 42, not an Outcome; it reported no cost")
+    assert env.ledger.usage(env.scope()).settled == D("5")
 
 
 async def test_drain_lets_running_jobs_finish_and_sticks(env: Env) -> None:
@@ -562,6 +575,19 @@ async def test_an_unreachable_target_warns_at_start(env: Env) -> None:
     with pytest.warns(UserWarning, match=r"target 5 cannot be reached: .* 2 distinct key"):
         report = await env.run()
     assert report.verified == 2 and report.stop_reason == "panel_exhausted"
+
+
+async def test_a_refused_start_does_not_warn_of_an_unreachable_target(env: Env) -> None:
+    env.write_plan([{"key": "a"}], target=5)
+    with pytest.warns(UserWarning, match="cannot be reached"):
+        await env.run()
+    other = Ledger.create(env.root / "other.db", D("1"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning would fail the test
+        with locked(env.out), pytest.raises(CampaignLocked):
+            await env.run()
+        with pytest.raises(CampaignError, match="was started with the ledger"):
+            await run_campaign(env.plan_path, env.out, other.path)
 
 
 def test_the_campaign_example_uses_only_public_names() -> None:

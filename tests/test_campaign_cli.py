@@ -11,6 +11,7 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 from rich.console import Console
@@ -18,7 +19,14 @@ from rich.console import Console
 from sluicegate.campaign import LiveView, read_report, render
 from sluicegate.campaign._outdir import DRAIN_POLL_S
 from sluicegate.cli import main
-from test_campaign import PATIENCE_S, Env, wait_for_files
+from test_campaign import (
+    PATIENCE_S,
+    Env,
+    gated,
+    kill_controller_once_running,
+    wait_for_files,
+    wait_for_gone,
+)
 
 
 @pytest.fixture
@@ -289,6 +297,54 @@ def test_displays(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
         assert ("panel_exhausted" in out) == (extra != ["--display", "none"]), extra
 
 
+# A job's reason is user text (an exception's message, say): none of it is markup.
+_MARKUP = "choked on '[/]'; [bold red]styled[/bold red] [link=http://x]l[/link] :smile: [Errno 2]"
+
+
+def test_user_text_is_shown_verbatim(
+    env: Env, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # one line per row: nothing wraps
+    options = {"status": "blocked", "reason": _MARKUP}
+    env.write_plan(
+        [{"key": "a", "resource_class": "[b]gpu", "options": options}],
+        class_limits={"[b]gpu": 1},
+    )
+    assert run(env, "--display", "plain") == 0
+    out = capsys.readouterr().out
+    assert f"a: blocked, cost 0.00 ({_MARKUP})" in out, out  # the line of its change
+    assert f"[b]gpu  blocked  0.00  {_MARKUP}" in out, out  # the final report
+    assert run(env, "--display", "rich") == 0  # a rerun: the job does not run again
+    assert f"[b]gpu  blocked  0.00  {_MARKUP}" in capsys.readouterr().out
+    assert main(["campaign", "status", str(env.out)]) == 0
+    out = capsys.readouterr().out
+    assert f"[b]gpu  blocked  0.00  {_MARKUP}" in out and "[b]gpu 0/1" in out, out
+
+
+def test_the_plain_display_shows_results_imported_on_resume(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env.write_plan([gated(env, "a", cost="0.1"), gated(env, "b"), {"key": "c"}], max_parallel=2)
+
+    async def both_ended_after_their_controller() -> None:
+        await kill_controller_once_running(env, "a", "b")
+        env.open_gate("gate-a")
+        env.open_gate("gate-b")
+        for key in "ab":
+            await wait_for_files(env.out / "jobs" / key / "result.json")
+            await wait_for_gone(env.out / "jobs" / key / "child.lock")
+
+    trio.run(both_ended_after_their_controller)
+    assert run(env, "--display", "plain") == 0
+    lines = [line.split(" ", 1)[1] for line in capsys.readouterr().out.splitlines()]
+    assert lines[0].startswith("camp: 1 pending; left running by an earlier controller: a, b")
+    # Measured before the fix: no line for a, and "b: running" though b had ended.
+    assert any(line.startswith("a: verified, cost 0.10 ") for line in lines), lines
+    assert any(line.startswith("b: verified, cost 0.00 ") for line in lines), lines
+    running = [line.split(":")[0] for line in lines if ": running" in line]
+    assert running == ["c"], lines
+
+
 def test_the_display_options_exclude_each_other(
     env: Env, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -311,6 +367,8 @@ def test_help_lists_exit_statuses_and_explains_every_argument(
         assert "exit status of `campaign run`:" in text
         for status in ("0 ", "2 ", "3 ", "130 "):
             assert f"\n  {status}" in text, (argv, status)
+        words = " ".join(text.split())
+        assert "`reconcile` exits 3 when an imported result leaves" in words
     text = help_of("campaign", "reconcile")
     for argument in ("outdir", "key", "--as", "--cost"):
         line = next(line for line in text.splitlines() if line.strip().startswith(argument))
@@ -364,6 +422,29 @@ def test_help_and_eval_work_without_fcntl(env: Env, argv: list[str], expected: i
         assert "campaign imported: False" in done.stderr
     if argv == ["--help"]:
         assert "campaign" in done.stdout and "ledger" in done.stdout
+
+
+def test_status_works_without_fcntl(env: Env) -> None:
+    env.write_plan([{"key": "a"}])
+    assert run(env, "--display", "none") == 0
+
+    def status(*extra: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-c", _WITHOUT_FCNTL, "campaign", "status", str(env.out)]
+        done = subprocess.run(
+            [*command, *extra], capture_output=True, text=True, timeout=PATIENCE_S
+        )
+        assert done.returncode == 0, done.stderr  # before: 2, "campaigns need a POSIX system"
+        return done
+
+    out = " ".join(status().stdout.split())
+    assert "camp [target_reached] verified 1/1" in out
+    assert "whether a controller is running cannot be told here (no fcntl)" in out
+    assert json.loads(status("--json").stdout)["stop_reason"] == "target_reached"
+    report = read_report(env.out)
+    running = render(attrs.evolve(report, stop_reason=None), controller=None)
+    console = Console(file=io.StringIO(), width=200)
+    console.print(running)
+    assert "[running or interrupted]" in console.file.getvalue()  # type: ignore[attr-defined]
 
 
 def test_trace_records_each_job_with_how_it_ended(env: Env) -> None:

@@ -52,6 +52,7 @@ def files_and_request(tmp_path: Path) -> tuple[JobFiles, JobRequest]:
         ledger=str(tmp_path / "ledger.db"),
         scope=("c", "k"),
         result=str(files.result),
+        started=str(files.started),
     )
     return files, request
 

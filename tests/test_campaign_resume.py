@@ -5,12 +5,15 @@ and a controller of another version. Real child processes running tests/campaign
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
+import signal
 import sys
 from decimal import Decimal
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -27,6 +30,7 @@ from sluicegate.campaign._job import JobResult
 from sluicegate.campaign._launch import child_alive
 from sluicegate.campaign._outdir import current_controller
 from sluicegate.campaign._report import Controller
+from sluicegate.campaign._view import PlainView
 from test_campaign import (
     PATIENCE_S,
     Env,
@@ -35,6 +39,8 @@ from test_campaign import (
     gated,
     kill_controller_once_running,
     statuses,
+    wait_for_files,
+    wait_for_gone,
 )
 
 D = Decimal
@@ -85,6 +91,110 @@ async def test_a_controller_killed_while_starting_leaves_a_directory_the_command
     assert statuses(report) == {"a": "verified"} and env.runs() == ["a"]
     assert sorted(p.name for p in env.out.iterdir() if p.name.startswith(".code")) == []
     assert (env.out / "code" / "fakejob.py").is_file()
+
+
+# A controller that dies once it has recorded an admission, before its child
+# began the job: "launch" dies before launch() makes the job's directory;
+# "spawn" dies in place of the spawn, holding the child's lock and logs;
+# "spawned" dies after the spawn, before the report names the child's pid.
+# "wait" says so in a file and waits, for the test to SIGKILL it there.
+_DIES_ADMITTED = """
+import os, pathlib, signal, sys, trio
+from sluicegate.campaign import _scheduler, run_campaign
+from sluicegate.campaign._launch import spawn_process
+
+moment = sys.argv[4]
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+async def launch(*args):
+    die()
+
+async def spawn(*args):
+    if moment == "spawned":
+        await spawn_process(*args)
+    elif moment == "wait":
+        pathlib.Path(sys.argv[5]).touch()
+        await trio.sleep_forever()
+    die()
+
+if moment == "launch":
+    _scheduler.launch = launch
+trio.run(lambda: run_campaign(*sys.argv[1:4], _spawn=spawn))
+"""
+
+
+async def _die_admitted(env: Env, moment: str) -> None:
+    args = [str(env.plan_path), str(env.out), str(env.ledger_path), moment, env.path("waiting")]
+    command = [sys.executable, "-c", _DIES_ADMITTED, *args]
+    with trio.fail_after(PATIENCE_S):
+        controller = await trio.lowlevel.open_process(command)
+        try:
+            if moment == "wait":
+                await wait_for_files(env.path("waiting"))
+                controller.kill()  # SIGKILL, from outside
+        finally:
+            assert await controller.wait() == -signal.SIGKILL
+    row = read_report(env.out).row("a")
+    assert (row.status, row.pid) == ("running", None)
+    assert env.ledger.usage(env.scope()).reserved == D(1)
+
+
+@pytest.mark.parametrize("moment", ["launch", "spawn", "wait"])
+async def test_a_controller_killed_before_its_child_began_leaves_the_candidate_pending(
+    env: Env, moment: str
+) -> None:
+    runs = env.path("runs.log")
+    env.write_plan([{"key": "a", "options": {"runs": runs, "cost": "0.5"}}])
+    await _die_admitted(env, moment)
+    assert (env.out / "jobs" / "a").exists() == (moment != "launch")
+    # Measured before the fix: a stayed uncertain for good (no result to
+    # import, and every --as would lie about a job that never ran).
+    shown = io.StringIO()
+    view = PlainView(shown, start=read_report(env.out))
+    report = await run_campaign(env.plan_path, env.out, env.ledger_path, observer=view)
+    assert statuses(report) == {"a": "verified"} and env.runs() == ["a"]
+    lines = [line.split(" ", 1)[1] for line in shown.getvalue().splitlines()]
+    assert [line.split("  (")[0] for line in lines] == [
+        "camp: 0 pending; left running by an earlier controller: a",
+        "a: pending again, its job never began",
+        "a: running",
+        "a: verified, cost 0.50",
+    ]
+    usage = env.ledger.usage(env.scope())
+    assert (usage.settled, usage.reserved, usage.uncertain) == (D("0.5"), D(0), D(0))
+    # The first dispatch reservation was given back, the second settled.
+    actuals = [r.actual for r in env.ledger.reservations(env.scope("a"))]
+    assert actuals == [D(0), D("0.5")]
+
+
+async def test_a_never_begun_job_left_uncertain_by_an_older_rerun_is_pending_again(
+    env: Env,
+) -> None:
+    env.write_plan([{"key": "a", "options": {"runs": env.path("runs.log")}}])
+    await _die_admitted(env, "spawn")
+    # What a rerun before the fix made of it: uncertain, awaiting a result
+    # that can never come, its reservation held as uncertain.
+    report = read_report(env.out)
+    row = attrs.evolve(report.row("a"), status="uncertain", awaiting_result=True)
+    write_json_atomic(env.out / "report.json", attrs.evolve(report, rows=(row,)))
+    env.ledger.mark_uncertain(row.reservation_id or 0)
+    assert statuses(await env.run()) == {"a": "verified"} and env.runs() == ["a"]
+    assert env.ledger.usage(env.scope()).uncertain == 0
+
+
+async def test_a_child_that_began_its_job_unrecorded_stays_uncertain(env: Env) -> None:
+    # The controller died after the spawn, before recording the pid; the
+    # child began the job and died without a result: it may have spent.
+    env.write_plan([{"key": "a", "options": {"runs": env.path("runs.log"), "crash": 3}}])
+    await _die_admitted(env, "spawned")
+    await wait_for_files(env.path("runs.log"))
+    await wait_for_gone(env.out / "jobs" / "a" / "child.lock")
+    report = await env.run()
+    assert statuses(report) == {"a": "uncertain"} and env.runs() == ["a"]
+    assert "controller stopped while it ran" in (report.row("a").reason or "")
+    assert env.ledger.usage(env.scope()).uncertain == D(1)
 
 
 async def test_a_directory_holding_someone_elses_code_is_refused(env: Env) -> None:

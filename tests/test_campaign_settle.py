@@ -131,3 +131,35 @@ def test_a_campaign_touches_only_its_own_scope(tmp_path: Path) -> None:
     mine.release_orphans({"a"})
     assert states(mine, "a") == ["settled"] and orphan is not None
     assert held.reservation_id is not None
+
+
+def test_a_job_that_never_began_gets_its_reservation_back_once(tmp_path: Path) -> None:
+    acc = accounts(tmp_path)
+    row = admitted(acc, "a")
+    acc.ledger.mark_uncertain(row.reservation_id or 0)  # as a rerun before the fix left it
+    assert acc.release_unstarted(row) and acc.release_unstarted(row)  # repeatable
+    assert states(acc, "a") == ["settled"] and acc.usage().used == 0
+    # A stage reservation proves its job began: nothing is given back.
+    row = admitted(acc, "b")
+    acc.ledger.reserve((*acc.candidate_scope("b"), "build"), D("1"), note="stage build")
+    assert not acc.release_unstarted(row)
+    assert states(acc, "b") == ["reserved", "reserved"]
+
+
+def test_a_job_that_reported_no_cost_is_held_to_its_reservation(tmp_path: Path) -> None:
+    acc = accounts(tmp_path)
+    raised = JobResult("a", Outcome("blocked", reason="job raised X()"), cost_unknown=True)
+    row = acc.settle_job(admitted(acc, "a"), raised, missing="", exit_code=0)
+    assert (row.status, row.cost) == ("blocked", D("2"))
+    assert row.reason == (
+        "job raised X(); it reported no cost, so its dispatch reservation is "
+        "settled at its full 2.00"
+    )
+    # Settled again (a controller killed before it recorded the row): the same.
+    again = acc.settle_job(admitted_row_of(row), raised, missing="", exit_code=0)
+    assert (again.status, again.cost, again.reason) == (row.status, row.cost, row.reason)
+    assert states(acc, "a") == ["settled"]
+
+
+def admitted_row_of(row: Row) -> Row:
+    return Row(row.key, "running", reservation_id=row.reservation_id, reserved=row.reserved)

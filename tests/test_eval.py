@@ -169,12 +169,27 @@ async def test_id_filter_on_an_endless_source_stops_after_the_last_wanted_id(
 ) -> None:
     taskset = Feed() if kind == "feed" else Infinite()
     with trio.fail_after(1_000):
-        outcome = await go(tmp_path, Env(taskset), "-n", "5", "--id", "3", "--id", "7")
+        outcome = await go(tmp_path, Env(taskset), "-n", "10", "--id", "3", "--id", "7")
     assert outcome.exit_status == 0
     assert sorted(r["task_id"] for r in rows(tmp_path)) == ["3", "7"]
     if isinstance(taskset, Feed):
         assert taskset.pulls == 7
         assert taskset.closed
+
+
+@pytest.mark.parametrize("kind", ["feed", "infinite"])
+async def test_with_id_n_bounds_the_tasks_read_and_names_the_ids_never_seen(
+    tmp_path: Path, autojump_clock: Any, kind: str
+) -> None:
+    taskset = Feed() if kind == "feed" else Infinite()
+    with trio.fail_after(1_000), pytest.warns(UserWarning) as caught:
+        outcome = await go(tmp_path, Env(taskset), "-n", "5", "--id", "3", "--id", "nope")
+    assert [r["task_id"] for r in rows(tmp_path)] == ["3"]
+    assert outcome.stop_reason == "completed"
+    [warning] = [w for w in caught if "--id" in str(w.message)]
+    assert str(warning.message) == "--id matched no task among the 5 read for: nope"
+    if isinstance(taskset, Feed):
+        assert (taskset.pulls, taskset.closed) == (5, True)
 
 
 async def test_id_filter_and_shuffle_on_a_static_set(tmp_path: Path, autojump_clock: Any) -> None:
@@ -220,13 +235,15 @@ async def test_n_on_a_never_ending_feed_gives_exactly_n_rows(
     assert run_json(tmp_path)["counts"]["planned"] == 3
 
 
-async def test_n_zero_never_starts_the_feed(tmp_path: Path, autojump_clock: Any) -> None:
+async def test_n_zero_is_refused_before_the_feed_starts(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    # A run that evaluates nothing must not pass a gate (review N5).
     feed = Feed()
-    outcome = await go(tmp_path, Env(feed), "-n", "0")
-    assert outcome.exit_status == 0
+    with pytest.raises(ValueError, match=r"-n/--num-tasks must be >= 1, got 0"):
+        await evaluate(Env(feed), num_tasks=0, output_dir=tmp_path / "out")
     assert feed.pulls == 0
-    assert rows(tmp_path) == []
-    assert run_json(tmp_path)["counts"]["planned"] == 0
+    assert not (tmp_path / "out").exists()
 
 
 async def test_the_live_feed_example_stops_after_n(tmp_path: Path, autojump_clock: Any) -> None:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
@@ -60,7 +61,7 @@ class Stream(Taskset[Task]):
 @settings(max_examples=40, deadline=None)
 @given(
     count=st.integers(0, 8),
-    num_tasks=st.one_of(st.none(), st.integers(0, 10)),
+    num_tasks=st.one_of(st.none(), st.integers(1, 10)),
     rollouts=st.integers(1, 3),
     concurrency=st.integers(1, 4),
     failing=st.sets(st.integers(1, 8)),
@@ -118,12 +119,19 @@ def test_one_row_per_planned_rollout(
                 output_dir=out,
             )
 
-        outcome = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        if count == 0 and not streaming:
+            # A static set with no task: refused before anything is written.
+            with pytest.raises(ValueError, match="returned no task"):
+                trio.run(main, clock=clock)
+            return
+        outcome = trio.run(main, clock=clock)
         lines = (Path(out) / "results.jsonl").read_text().splitlines()
         rows = [json.loads(line) for line in lines]
         planned = json.loads((Path(out) / "run.json").read_text())["counts"]["planned"]
     tasks = min(count, num_tasks) if num_tasks is not None else count
-    assert outcome.exit_status == 0
+    # A run that evaluated nothing fails; every other one passes.
+    assert outcome.exit_status == (0 if tasks else 1)
     assert sorted((r["task_id"], r["rollout"]) for r in rows) == sorted(
         (str(t), r) for t in range(1, tasks + 1) for r in range(rollouts)
     )

@@ -10,6 +10,7 @@ tasks; an orchestrating run that waits for work it enqueued hears
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -269,3 +270,68 @@ async def test_an_orchestrating_run_hears_on_abandoned_after_a_drain(
     record = run_json(tmp_path)
     assert record["counts"]["abandoned"] == 2
     assert {row["task_id"] for row in rows(tmp_path)} == {"boss", "w0"}
+
+
+@pytest.mark.parametrize(
+    ("limits", "dropped"),
+    [
+        ({"num_tasks": 2}, [("w1", 0), ("w1", 1), ("w2", 0), ("w2", 1)]),
+        ({"ids": ["boss", "w0"]}, [("w1", 0), ("w1", 1), ("w2", 0), ("w2", 1)]),
+    ],
+)
+async def test_tasks_dropped_by_the_cap_or_the_filter_are_reported_as_abandoned(
+    tmp_path: Path, autojump_clock: Any, limits: dict[str, Any], dropped: list[tuple[str, int]]
+) -> None:
+    source = Orchestrated()
+    waited: list[str] = []
+
+    async def run(task: Task) -> Any:
+        if task.id != "boss" or current_rollout() == 1:
+            await trio.sleep(1)
+            return "work"
+        work = [Task(input=n, id=f"w{n}") for n in range(3)]
+        for piece in work:
+            source.settled[str(piece.id)] = trio.Event()
+        enqueue(*work)  # accepted, though -n (or --id) lets only w0 run
+        for piece in work:
+            await source.settled[str(piece.id)].wait()  # hangs unless w1, w2 are reported
+            waited.append(str(piece.id))
+        return dict(source.outcomes)
+
+    with trio.fail_after(100), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = await evaluate(Env(source, run), rollouts=2, output_dir=tmp_path, **limits)
+    assert (report.stop_reason, report.passed) == ("completed", True), report.error
+    assert waited == ["w0", "w1", "w2"]
+    assert sorted(source.abandoned) == dropped
+    assert source.outcomes == {"w0": "done", "w1": "abandoned", "w2": "abandoned"}
+    assert keys(tmp_path) == [("boss", 0), ("boss", 1), ("w0", 0), ("w0", 1)]
+    # Dropped tasks were never planned: they are not counted as abandoned rollouts.
+    assert run_json(tmp_path)["counts"]["abandoned"] == 0
+    cap = [TaskCapWarning] if "num_tasks" in limits else []
+    assert [w.category for w in caught] == cap
+
+
+async def test_the_progress_bound_is_dropped_once_a_rollout_past_r_is_added(
+    tmp_path: Path, autojump_clock: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    async def run(task: Task) -> int:
+        k = current_rollout()
+        await trio.sleep(1 + k)
+        if k < 8:
+            enqueue(task, rollout=k + 4)
+        return k
+
+    source = SampleSource[Task, int].from_items([Task(input=1, id="a")])
+    report = await evaluate(
+        Env(source, run), num_tasks=1, rollouts=4, output_dir=tmp_path, display="plain"
+    )
+    assert (report.stop_reason, report.ok) == ("completed", 12)
+    lines = re.findall(r"^(\d+)/(\d+)\+( \(<= (\d+)\))? done", capsys.readouterr().out, re.M)
+    assert lines, "no progress line"
+    for done, planned, _, bound in lines:
+        # A bound is only shown while it holds: never below what is planned.
+        assert not bound or int(done) <= int(planned) <= int(bound), lines
+    assert any(not bound and int(planned) > 4 for _, planned, _, bound in lines), lines

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MAIN = threading.main_thread()
 
 
-async def noop(n: int) -> int:
+async def noop(n: object) -> object:
     await trio.lowlevel.checkpoint()
     return n
 

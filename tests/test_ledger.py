@@ -44,6 +44,31 @@ def test_amounts_are_stored_in_micro_units_rounded_up(ledger: Ledger) -> None:
     assert ledger.usage(["camp"]).settled == D("0.5")
 
 
+def test_limits_are_stored_rounded_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Measured before: `init --limit 5.0000001` said 5.0000001 and stored 5.000001.
+    path = str(tmp_path / "l.db")
+    assert main(["ledger", "init", path, "--limit", "5.0000001"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        out
+        == f"created ledger {path} with global limit 5.00 (5.0000001 rounded down to millionths)\n"
+    )
+    ledger = Ledger(path)
+    assert ledger.usage().limit == D("5")
+    assert main(["ledger", "raise", path, "--limit", "5.0000009", "--reason", "more"]) == 2
+    assert (
+        "5.00 (5.0000009 rounded down to millionths) does not raise it" in capsys.readouterr().err
+    )
+    assert main(["ledger", "raise", path, "--limit", "6.1234567", "--reason", "more"]) == 0
+    assert capsys.readouterr().out.endswith("to 6.123456 (6.1234567 rounded down to millionths)\n")
+    assert ledger.usage().limit == D("6.123456")
+    ledger.open_scope(["camp"], D("1.0000009"))
+    assert ledger.usage(["camp"]).limit == D("1")
+    ledger.open_scope(["camp"], D("1.0000009"))  # the same limit again: a no-op
+    with pytest.raises(BudgetRefused):
+        ledger.reserve(["camp", "a"], D("1.0000001"))  # held as 1.000001
+
+
 def test_floats_and_negative_amounts_are_refused(ledger: Ledger) -> None:
     with pytest.raises(TypeError, match="Decimal"):
         ledger.reserve(["camp"], 1.5)  # type: ignore[arg-type]

@@ -77,3 +77,19 @@ def test_plot_without_matplotlib_names_the_extra(
         plot(tmp_path, tmp_path / "t.png")
     assert main(["plot", str(tmp_path)]) == 2
     assert "pip install 'sluicegate[plot]'" in capsys.readouterr().err
+
+
+def test_plot_command_names_the_file_it_wrote(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_eval_run(tmp_path / "run", 20)
+    (tmp_path / "pictures").mkdir()
+    for given, written in [
+        ("noext", "noext.png"),
+        ("pictures", "pictures/timeline.png"),
+        ("out.svg", "out.svg"),
+    ]:
+        assert main(["plot", str(tmp_path / "run"), "-o", str(tmp_path / given)]) == 0
+        assert capsys.readouterr().out == f"wrote {tmp_path / written}\n"
+        assert (tmp_path / written).is_file()
+    assert not (tmp_path / "noext").exists()

@@ -278,3 +278,78 @@ def test_plot_of_several_scores_and_a_bare_run_json(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text(json.dumps({"environment": "bare"}))
     width, _ = png_size(plot(tmp_path, tmp_path / "t.png"))
     assert width > 1100  # the score panel is there
+
+
+async def test_report_of_a_resumed_run_counts_the_latest_row_of_each_rollout(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    from sluicegate import Task, Taskset
+    from sluicegate.eval import evaluate
+
+    outage = True
+
+    class Env:
+        taskset = Taskset.from_iterable([Task(input=n) for n in range(4)])
+
+        async def run(self, task: Task) -> int:
+            if outage and task.input % 2:
+                raise ConnectionError("upstream down")
+            return int(task.input)
+
+        def score(self, task: Task, result: int) -> float:
+            return 1.0
+
+    out = tmp_path / "fo"
+    first = await evaluate(Env(), output_dir=out, fail_on_error=10)
+    assert first.errors == 2
+    outage = False
+    again = await evaluate(Env(), output_dir=out, resume=True)
+    assert (again.passed, again.ok, again.errors) == (True, 4, 0)
+    assert len((out / "results.jsonl").read_text().splitlines()) == 6
+
+    page = write_report(out).read_text(encoding="utf-8")
+    assert "<b>4</b><span>rollouts recorded</span>" in page
+    assert "<b>4</b><span>ok</span>" in page
+    assert "<span>error</span>" not in page
+    assert "errors by type" not in page and 'data-filter="error"' not in page
+    assert "upstream down" not in page
+    assert "2 earlier row(s) of rollouts a resume ran again" in page
+    assert page.count('class="r" role="row"') == 4
+
+
+def test_anomalies_leave_out_runs_a_later_session_ran_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A killed session's unfinished runs, all run again by the resume: no anomaly left."""
+
+    async def killed() -> None:
+        timeline = Timeline(label=lambda n: f"t{n} #0", log=tmp_path / TRACE_LOG)
+        for index in range(3):
+            timeline.pulled(index, index)
+            timeline.started(index)
+        await trio.sleep(1)
+        timeline.finished(0, None)
+        # SIGKILL: t1 #0 and t2 #0 never finish.
+
+    async def resumed(labels: list[str]) -> None:
+        with recording(tmp_path, label=lambda n: labels[n]) as timeline:
+            for index in range(len(labels)):
+                timeline.pulled(index, index)
+                timeline.started(index)
+            await trio.sleep(1)
+            for index in range(len(labels)):
+                timeline.finished(index, None)
+
+    trio.run(killed, clock=trio.testing.MockClock(autojump_threshold=0))
+    trio.run(resumed, ["t1 #0"], clock=trio.testing.MockClock(autojump_threshold=0))
+    (tmp_path / TRACE).unlink(missing_ok=True)
+    assert main(["trace", str(tmp_path), "--anomalies"]) == 1
+    out = capsys.readouterr().out
+    assert "1 run(s) started and never finished" in out and "t2 #0" in out
+    assert "t1 #0" not in out
+    assert "(1 unfinished in an earlier session ran again in a later one)" in out
+
+    trio.run(resumed, ["t2 #0"], clock=trio.testing.MockClock(autojump_threshold=0))
+    assert main(["trace", str(tmp_path), "--anomalies"]) == 0
+    out = capsys.readouterr().out
+    assert "no anomalies: every run that started finished (2 unfinished in an earlier" in out

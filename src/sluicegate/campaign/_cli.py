@@ -6,10 +6,14 @@ import argparse
 import sys
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ._convert import CampaignFileError
-from ._ledger import Ledger, LedgerError, amount_problem, format_money, scope_name
+from ._ledger import Ledger, LedgerError, amount_problem, format_money, limit_text, scope_name
+
+if TYPE_CHECKING:
+    from ._report import Report
 
 __all__ = ["register"]
 
@@ -44,7 +48,7 @@ def _ledger_init(args: argparse.Namespace) -> int:
         Ledger.create(args.path, args.limit)
     except (LedgerError, OSError) as exc:
         return _error(exc)
-    print(f"created ledger {args.path} with global limit {format_money(args.limit)}")
+    print(f"created ledger {args.path} with global limit {limit_text(args.limit)}")
     return 0
 
 
@@ -86,7 +90,7 @@ def _ledger_raise(args: argparse.Namespace) -> int:
         Ledger(args.path).raise_limit(args.limit, args.reason)
     except (LedgerError, OSError) as exc:
         return _error(exc)
-    print(f"raised the global limit of {args.path} to {format_money(args.limit)}")
+    print(f"raised the global limit of {args.path} to {limit_text(args.limit)}")
     return 0
 
 
@@ -112,6 +116,8 @@ def _register_ledger(commands: Any, help: str) -> None:
 
 # -- campaign -------------------------------------------------------------------
 
+# `campaign run` and `reconcile` exit with it when a candidate is uncertain.
+_RECONCILE_STATUS = 3
 _EXIT_STATUSES = """\
 exit status of `campaign run`:
   0    stopped cleanly: target reached, panel or budget exhausted, or drained
@@ -120,7 +126,8 @@ exit status of `campaign run`:
        function, stale code, another controller version, locked directory
   3    reconciliation required: a job's outcome is unknown (`campaign reconcile`)
   130  stopped by a second SIGINT/SIGTERM: running jobs were terminated
-the other actions exit 0 on success and 2 when refused.
+the other actions exit 0 on success and 2 when refused; `reconcile` exits 3
+when an imported result leaves the candidate uncertain.
 """
 
 _RUN_DESCRIPTION = f"""\
@@ -132,7 +139,6 @@ finish), a second stops the running jobs.
 
 {_EXIT_STATUSES}"""
 
-_RECONCILE_STATUS = 3
 _DISPLAYS = ("rich", "plain", "none")
 
 
@@ -149,7 +155,6 @@ def _campaign_run(args: argparse.Namespace) -> int:
     from ..service import drain_on_signals
     from ._launch import TERMINATE_GRACE_S
     from ._outdir import CampaignError
-    from ._report import Report
     from ._scheduler import run_campaign
     from ._view import LiveView, PlainView, render
 
@@ -182,7 +187,9 @@ def _campaign_run(args: argparse.Namespace) -> int:
         if display == "rich":
             with LiveView(console) as view:
                 return await go(observer=view)
-        return await go(observer=PlainView() if display == "plain" else None)
+        if display == "none":
+            return await go()
+        return await go(observer=PlainView(start=_found_report(args.outdir)))
 
     async def main() -> Report | None:
         drain = Drain()
@@ -218,6 +225,16 @@ def _campaign_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _found_report(outdir: Path) -> Report | None:
+    """The report a rerun starts from, if there is a readable one."""
+    from ._outdir import CampaignError, read_report
+
+    try:
+        return read_report(outdir)
+    except (CampaignError, CampaignFileError, OSError):
+        return None
+
+
 def _campaign_drain(args: argparse.Namespace) -> int:
     from ._outdir import DRAIN_POLL_S, CampaignError, request_drain
 
@@ -234,6 +251,7 @@ def _campaign_drain(args: argparse.Namespace) -> int:
 
 def _campaign_status(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.text import Text
 
     from ._convert import dump_json
     from ._outdir import CampaignError, is_locked, read_report
@@ -249,9 +267,12 @@ def _campaign_status(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     console.print(render(report, rows=True, controller=locked))
-    state = "a controller is running" if locked else "no controller is running"
+    if locked is None:
+        state = "whether a controller is running cannot be told here (no fcntl)"
+    else:
+        state = "a controller is running" if locked else "no controller is running"
     scope = f"; ledger scope {report.ledger_scope}" if report.ledger_scope else ""
-    console.print(f"{state}; report written {report.updated}{scope}")
+    console.print(Text(f"{state}; report written {report.updated}{scope}"))
     return 0
 
 
@@ -272,8 +293,6 @@ def _campaign_reconcile(args: argparse.Namespace) -> int:
 
 
 def _register_campaign(commands: Any, help: str) -> None:
-    from pathlib import Path
-
     parser: argparse.ArgumentParser = commands.add_parser(
         "campaign",
         help=help,

@@ -123,7 +123,12 @@ class JobContext:
 
 @attrs.frozen
 class JobRequest:
-    """What the parent writes for a child: everything it needs to run one job."""
+    """What the parent writes for a child: everything it needs to run one job.
+
+    Attributes:
+        started: A file the child creates before it imports the job: without
+            it, the job never began (see :meth:`JobFiles.started`).
+    """
 
     key: str
     job: str
@@ -133,11 +138,20 @@ class JobRequest:
     ledger: str
     scope: tuple[str, ...]
     result: str
+    started: str
 
 
 @attrs.frozen
 class JobResult:
-    """What a child writes when its job has ended (``result.json``)."""
+    """What a child writes when its job has ended (``result.json``).
+
+    Attributes:
+        cost_unknown: The job reported no cost: it raised (its import
+            included) or returned something other than an :class:`Outcome`.
+            It may have spent before that, so its dispatch reservation is
+            settled at its full amount, never at the outcome's zero cost.
+    """
 
     key: str
     outcome: Outcome
+    cost_unknown: bool = False

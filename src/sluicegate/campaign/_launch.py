@@ -101,8 +101,8 @@ def _open_private(path: Path) -> int:
 async def launch(files: JobFiles, request: JobRequest, spawn: Spawn = spawn_process) -> Child:
     """Start the child that runs ``request``, with private logs and its lock.
 
-    Any earlier ``result.json`` is removed first, so whatever result the
-    directory holds afterwards is this child's.
+    Any earlier ``result.json`` and ``started`` file are removed first, so
+    whatever the directory holds afterwards is this child's.
 
     Returns:
         The child, already running.
@@ -114,6 +114,7 @@ async def launch(files: JobFiles, request: JobRequest, spawn: Spawn = spawn_proc
     fcntl = posix_fcntl()
     files.work.mkdir(parents=True, exist_ok=True)
     files.result.unlink(missing_ok=True)
+    files.started.unlink(missing_ok=True)
     write_json_atomic(files.request, request, mode=0o600)
     command = [sys.executable, "-I", "-c", _CHILD_BOOT, _PACKAGE_ROOT, str(files.request.resolve())]
     lock = os.open(files.lock, os.O_RDWR | os.O_CREAT, 0o600)

@@ -16,8 +16,9 @@ Each reservation holds money in one of three states:
 Every change runs inside one ``BEGIN IMMEDIATE`` transaction, which takes
 SQLite's write lock before reading, so two processes checking the same limit
 cannot both see the same room. Amounts are :class:`~decimal.Decimal` at the
-API and integer micro-units (1e-6) in the file, rounded up, so that rounding
-never lets spending slip past a limit. SQLite stores a signed 64-bit integer,
+API and integer micro-units (1e-6) in the file: amounts held or spent are
+rounded up and limits down, so that rounding never lets spending slip past
+a limit. SQLite stores a signed 64-bit integer,
 so no amount, and no total the ledger keeps, may exceed :data:`MAX_AMOUNT`
 (2**63 - 1 micro-units); anything larger is refused with
 :class:`AmountTooLarge` before it is written.
@@ -34,7 +35,7 @@ import contextlib
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from decimal import ROUND_CEILING, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
 from typing import Literal
 
@@ -52,6 +53,7 @@ __all__ = [
     "ScopeUsage",
     "format_money",
     "from_micros",
+    "limit_text",
     "to_micros",
 ]
 
@@ -119,8 +121,12 @@ def amount_problem(amount: Decimal) -> str | None:
     return None
 
 
-def to_micros(amount: Decimal) -> int:
-    """``amount`` in integer micro-units, rounded up.
+def to_micros(amount: Decimal, *, limit: bool = False) -> int:
+    """``amount`` in integer micro-units, rounded up (down for a ``limit``).
+
+    Either way the rounding never lets spending slip past a limit: a
+    reservation or a cost never counts for less than it is, and a limit
+    never allows more than it says.
 
     Raises:
         TypeError: ``amount`` is not a Decimal (floats are refused on purpose).
@@ -134,7 +140,20 @@ def to_micros(amount: Decimal) -> int:
         if amount.is_finite() and amount > 0:
             raise AmountTooLarge(f"amount {problem}")
         raise ValueError(f"amount {problem}")
-    return int((amount * MICROS).to_integral_value(rounding=ROUND_CEILING))
+    rounding = ROUND_FLOOR if limit else ROUND_CEILING
+    return int((amount * MICROS).to_integral_value(rounding=rounding))
+
+
+def limit_text(limit: Decimal) -> str:
+    """``limit`` as a ledger stores it, saying so where it was rounded down.
+
+    Raises:
+        ValueError: as :func:`to_micros`.
+    """
+    stored = from_micros(to_micros(limit, limit=True))
+    if stored == limit:
+        return format_money(stored)
+    return f"{format_money(stored)} ({limit} rounded down to millionths)"
 
 
 def format_money(amount: Decimal | None) -> str:
@@ -274,7 +293,7 @@ class Ledger:
 
     @classmethod
     def create(cls, path: Path | str, limit: Decimal, *, reason: str = "created") -> Ledger:
-        """Make a new ledger with a global ``limit``.
+        """Make a new ledger with a global ``limit`` (stored rounded down to micro-units).
 
         Raises:
             LedgerError: something already exists at ``path``, or its
@@ -282,7 +301,7 @@ class Ledger:
             ValueError, TypeError: ``limit`` is not a non-negative Decimal.
         """
         path = Path(path)
-        micros = to_micros(limit)
+        micros = to_micros(limit, limit=True)
         parent = path.parent
         if not parent.is_dir():
             raise LedgerError(
@@ -347,6 +366,8 @@ class Ledger:
     def open_scope(self, scope: Sequence[str], limit: Decimal | None) -> None:
         """Make sure ``scope`` exists with ``limit`` (None: no limit of its own).
 
+        A limit is stored rounded down to micro-units.
+
         Creating the same scope again with the same limit is a no-op, so a
         resumed campaign can call this freely.
 
@@ -370,7 +391,7 @@ class Ledger:
     def _open(self, db: sqlite3.Connection, path: Scope, limit: Decimal | None) -> None:
         if not path:
             raise LedgerError("the global limit is set by `ledger init` and `ledger raise` only")
-        micros = None if limit is None else to_micros(limit)
+        micros = None if limit is None else to_micros(limit, limit=True)
         self._ensure(db, path[:-1])
         row = db.execute(
             "SELECT limit_micros FROM scopes WHERE path = ?", ("/".join(path),)
@@ -392,12 +413,12 @@ class Ledger:
             )
 
     def raise_limit(self, limit: Decimal, reason: str) -> None:
-        """Raise the global limit to ``limit`` and record ``reason``.
+        """Raise the global limit to ``limit`` (rounded down to micro-units) and record ``reason``.
 
         Raises:
             LedgerError: ``limit`` is not above the current limit, or ``reason`` is empty.
         """
-        micros = to_micros(limit)
+        micros = to_micros(limit, limit=True)
         if not reason.strip():
             raise LedgerError("a limit is raised only with a reason")
         with self._write() as db:
@@ -405,7 +426,7 @@ class Ledger:
             if micros <= old:
                 raise LedgerError(
                     f"the global limit is {format_money(from_micros(old))}; "
-                    f"{format_money(limit)} does not raise it"
+                    f"{limit_text(limit)} does not raise it"
                 )
             db.execute("UPDATE scopes SET limit_micros = ? WHERE path = ''", (micros,))
             db.execute(

@@ -8,7 +8,8 @@ Layout of ``OUTDIR``::
     report.json         rewritten atomically after each change; also the state
     drain-request.json  present: admit nothing
     jobs/KEY/           request.json, result.json, stdout.log, stderr.log,
-                        child.lock (held by the running child), work/
+                        child.lock (held by the running child), started
+                        (made by the child before its job begins), work/
 
 Nothing here talks to the ledger or starts a process.
 """
@@ -116,8 +117,16 @@ def locked(outdir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def is_locked(outdir: Path) -> bool:
-    """Whether a controller holds ``outdir`` now."""
+def is_locked(outdir: Path) -> bool | None:
+    """Whether a controller holds ``outdir`` now; None where that cannot be told.
+
+    Without ``fcntl`` (not a POSIX system) no controller can run here, but
+    one on another machine sharing the directory might: the answer is None.
+    """
+    try:
+        posix_fcntl()
+    except CampaignError:
+        return None
     try:
         with locked(outdir):
             return False
@@ -243,6 +252,9 @@ class JobFiles:
         stdout, stderr: The child's output (mode 0600).
         lock: Locked for as long as the child (or a process that inherited
             the lock from it) lives.
+        started: Made by the child before it imports the job, and removed
+            before each launch: while it is missing, the job never began,
+            so nothing can have been spent or written by it.
     """
 
     def __init__(self, dir: Path) -> None:
@@ -253,6 +265,7 @@ class JobFiles:
         self.stdout = dir / "stdout.log"
         self.stderr = dir / "stderr.log"
         self.lock = dir / "child.lock"
+        self.started = dir / "started"
 
     def read_result(self, key: str) -> tuple[JobResult | None, str | None]:
         """The child's result, or None and why there is none."""

@@ -47,6 +47,7 @@ from ._outdir import (
     DRAIN_FILE,
     DRAIN_POLL_S,
     CampaignError,
+    JobFiles,
     OutputDir,
     current_controller,
     locate_job,
@@ -151,11 +152,15 @@ class _Campaign:
     async def recover(self) -> list[_Dispatch]:
         """Take up what an earlier controller left; returns the children to adopt.
 
-        A ``running`` row whose child still holds its lock is adopted; one
-        whose child ended is settled from its ``result.json`` (``uncertain``
-        without one). An ``uncertain`` row awaiting a result that has since
-        appeared is settled from it. Dispatch reservations of ``pending``
-        candidates (made just before a crash) are released.
+        A ``running`` row whose child still holds its lock is adopted. One
+        whose job never began (no child was recorded, none holds the lock,
+        and there is neither a ``started`` file nor a result: the controller
+        died between recording the admission and the child's start) is
+        ``pending`` again, its reservation released. Any other whose child
+        ended is settled from its ``result.json`` (``uncertain`` without
+        one). An ``uncertain`` row awaiting a result is looked at the same
+        way. Dispatch reservations of ``pending`` candidates (made just
+        before a crash) are released.
         """
         adopted = []
         for row in self.panel.rows():
@@ -173,12 +178,30 @@ class _Campaign:
                     self.panel.set(attrs.evolve(row, status="running", awaiting_result=False))
                 continue
             result, problem = files.read_result(row.key)
+            if result is None and problem is None and await self._never_started(row, files):
+                await self.record(
+                    Row(key=row.key, status="pending", resource_class=row.resource_class)
+                )
+                continue
             if row.status == "running" or result is not None:
                 missing = problem or "the controller stopped while it ran and no result was written"
                 await self.settle(row, result, missing=missing, exit_code=row.exit_code)
         pending = set(self.panel.keys("pending"))
         await trio.to_thread.run_sync(self.accounts.release_orphans, pending)
         return adopted
+
+    async def _never_started(self, row: Row, files: JobFiles) -> bool:
+        """Whether ``row``'s job never began; if so, its reservation is released.
+
+        Call it only once no child holds the lock and there is no result.
+        The pid is recorded as soon as a child is launched, and the child
+        makes ``started`` before it imports the job, so with neither the job
+        cannot have run; :meth:`Accounts.release_unstarted` also checks that
+        the job made no stage reservation.
+        """
+        if row.pid is not None or files.started.exists():
+            return False
+        return await trio.to_thread.run_sync(self.accounts.release_unstarted, row)
 
     # -- the source and the run -------------------------------------------------------------
 
@@ -212,6 +235,7 @@ class _Campaign:
                     ledger=str(self.accounts.ledger.path.resolve()),
                     scope=self.accounts.candidate_scope(key),
                     result=str(files.result.resolve()),
+                    started=str(files.started.resolve()),
                 )
                 try:
                     child = await launch(files, request, self.spawn)
@@ -431,10 +455,11 @@ async def run_campaign(
     code = locate_job(plan, plan_path.parent)
     controller = current_controller()
     posix_fcntl()
-    _warn_unreachable(plan, prior)
     out.path.mkdir(parents=True, exist_ok=True)
     with locked(out.path):
         manifest = out.bind(plan, code, ledger.path, controller, allow_upgrade=allow_upgrade)
+        # Only once nothing can refuse the start: a refusal says it all.
+        _warn_unreachable(plan, prior)
         panel = Panel(plan, prior, out.load_rows(plan, prior))
         accounts = Accounts(ledger, manifest.scope, plan)
         campaign = _Campaign(

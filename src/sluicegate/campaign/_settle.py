@@ -87,6 +87,24 @@ class Accounts:
             if key in pending and r.note == DISPATCH and r.state == "reserved":
                 self.ledger.settle(r.id, Decimal(0))
 
+    def release_unstarted(self, row: Row) -> bool:
+        """Give back the dispatch reservation of ``row``, whose job never began.
+
+        Safe to repeat: a reservation already settled is left as it is.
+
+        Returns:
+            Whether it was released. Not if the candidate's scope holds a
+            stage reservation: only its job could have made one, so the job
+            did begin; then nothing is changed.
+        """
+        reservations = self.ledger.reservations(self.candidate_scope(row.key))
+        if any(r.note != DISPATCH for r in reservations):
+            return False
+        for r in reservations:
+            if r.id == row.reservation_id and r.state != "settled":
+                self.ledger.settle(r.id, Decimal(0))
+        return True
+
     def _open(self, key: str, dispatch: int | None) -> tuple[list[Reservation], str | None]:
         """Open stage reservations of ``key``, and the state of its dispatch one."""
         reservations = self.ledger.reservations(self.candidate_scope(key))
@@ -102,6 +120,9 @@ class Accounts:
         * No result: ``uncertain``, awaiting one (``missing`` says why).
         * The job reports its cleanup uncertain, or leaves a stage reservation
           open or uncertain: ``uncertain``.
+        * A job that reported no cost (``result.cost_unknown``: it raised)
+          may have spent: its dispatch reservation is settled at its full
+          amount, and its reason says so.
         * Otherwise the dispatch reservation is settled at the reported cost.
           A cost the ledger cannot store (above
           :data:`~sluicegate.campaign.MAX_AMOUNT`, or bringing its total
@@ -130,6 +151,17 @@ class Accounts:
             if dispatch is not None and dispatch_state == "reserved":
                 self.ledger.mark_uncertain(dispatch)
             new = attrs.evolve(new, status="uncertain", reason=why, awaiting_result=result is None)
+        elif result is not None and result.cost_unknown:
+            # It raised (or returned no Outcome) and may have spent before:
+            # settling at zero would under-record, so it is held to what it
+            # was allowed to spend.
+            if dispatch is not None and dispatch_state != "settled":
+                self.ledger.settle(dispatch, row.reserved or Decimal(0))
+            reason = (
+                f"{result.outcome.reason}; it reported no cost, so its dispatch "
+                f"reservation is settled at its full {format_money(row.reserved)}"
+            )
+            new = attrs.evolve(new, reason=reason)
         elif dispatch is not None and dispatch_state != "settled":
             assert result is not None
             cost = result.outcome.cost

@@ -1,4 +1,8 @@
-"""How a campaign looks: the live view, plain log lines and the status summary."""
+"""How a campaign looks: the live view, plain log lines and the status summary.
+
+User text (a job's reason, a class name) is shown verbatim, never read as
+rich markup.
+"""
 
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ def _classes(report: Report) -> str:
     return ", ".join(parts)
 
 
-def render(report: Report, *, rows: bool = False, controller: bool = True) -> RenderableType:
+def render(report: Report, *, rows: bool = False, controller: bool | None = True) -> RenderableType:
     """A summary of ``report``: running jobs per class, verified/target, spend/cap.
 
     Args:
@@ -48,7 +52,8 @@ def render(report: Report, *, rows: bool = False, controller: bool = True) -> Re
         controller: Whether a controller holds the output directory now. A
             report without a stop reason and without a controller was left
             by one that was stopped (a second signal, a kill): it is shown as
-            ``interrupted``, not ``running``.
+            ``interrupted``, not ``running``. None: it cannot be told here
+            (no ``fcntl``), shown as ``running or interrupted``.
     """
     from rich.console import Group
     from rich.table import Table
@@ -56,6 +61,8 @@ def render(report: Report, *, rows: bool = False, controller: bool = True) -> Re
 
     if report.stop_reason is not None:
         state: str = report.stop_reason
+    elif controller is None:
+        state = "running or interrupted"
     elif not controller:
         state = "interrupted"
     else:
@@ -76,12 +83,14 @@ def render(report: Report, *, rows: bool = False, controller: bool = True) -> Re
     for column in ("key", "class", "status", "cost", "reason"):
         table.add_column(column)
     for row in shown:
+        # Text, not str: a job's reason is user text (an exception's message,
+        # say), never rich markup.
         table.add_row(
-            row.key,
-            row.resource_class or "-",
+            Text(row.key),
+            Text(row.resource_class or "-"),
             Text(row.status, style=_STYLE.get(row.status, "")),
-            format_money(row.cost),
-            row.reason or "",
+            Text(format_money(row.cost)),
+            Text(row.reason or ""),
         )
     return Group(head, table)
 
@@ -117,30 +126,43 @@ class LiveView:
 class PlainView:
     """One line per change of a candidate's status, fit for logs; an observer.
 
+    The first line sums up where the run starts. Every change of a row from
+    ``start`` (or, without one, from the first report) is a line of its own,
+    so a result imported on resume gets one too; a row left ``running`` is
+    not announced again (its child, adopted, gets a line when it ends).
+
     Args:
         file: Where the lines go (standard output by default).
+        start: The report the run starts from (``report.json`` as found on a
+            rerun), naming the rows an earlier controller left running.
     """
 
-    def __init__(self, file: TextIO | None = None) -> None:
+    def __init__(self, file: TextIO | None = None, *, start: Report | None = None) -> None:
         self._file = file
+        self._start = start
         self._seen: dict[str, str] | None = None
         self._draining = False
 
     def __call__(self, report: Report) -> None:
         lines = []
         if self._seen is None:
-            # The first report is where the run starts (a rerun's finished
-            # rows included): one line for all of it.
-            self._seen = {}
-            lines.append(f"{report.name}: {len(report.pending)} pending")
+            # Where the run starts (a rerun's finished rows included): one
+            # line for all of it, and every row counts as seen.
+            start = self._start or report
+            self._seen = {row.key: row.status for row in start.rows}
+            line = f"{report.name}: {len(start.pending)} pending"
+            left = [row.key for row in start.rows if row.status == "running"]
+            if left:
+                line += f"; left running by an earlier controller: {', '.join(left)}"
+            lines.append(line)
         for row in report.rows:
             if self._seen.get(row.key) == row.status:
                 continue
-            first = row.key not in self._seen
             self._seen[row.key] = row.status
-            if (first and row.status != "running") or row.status == "pending":
-                continue
-            if row.status == "running":
+            if row.status == "pending":
+                # Admitted, then given back before its child began.
+                lines.append(f"{row.key}: pending again, its job never began")
+            elif row.status == "running":
                 where = f" [{row.resource_class}]" if row.resource_class else ""
                 lines.append(f"{row.key}{where}: running")
             else:

@@ -26,7 +26,8 @@ finishes and a summary to DIR/run.json. The first SIGINT/SIGTERM drains
 alone continues a run with the target and flags recorded in DIR/run.json.
 
 exit status: 0 passed, 1 not passed (errors past --fail-on-error, a mean
-below --min-score, or the environment failed), 2 usage error, 130 interrupted.
+below --min-score, nothing to evaluate, or the environment failed), 2 usage
+error, 130 interrupted.
 """
 
 
@@ -74,7 +75,7 @@ def register(commands: Any) -> None:
     add(
         "-n",
         "--num-tasks",
-        type=_count(0),
+        type=_count(1),
         metavar="N",
         help="tasks to run (required for streaming and infinite tasksets: the next N)",
     )

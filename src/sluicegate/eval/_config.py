@@ -13,6 +13,7 @@ import builtins
 import importlib
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
@@ -22,6 +23,7 @@ from ..service import Retry
 
 __all__ = [
     "EVERY_SCORE",
+    "TARGET_MODULE",
     "ErrorBudget",
     "EvalConfig",
     "UsageError",
@@ -33,6 +35,11 @@ __all__ = [
 
 # The --min-score key that stands for every score.
 EVERY_SCORE = "*"
+
+# A TARGET file path/to/NAME.py is loaded as the module TARGET_MODULE + NAME, so
+# that it cannot clash with an importable module called NAME. `--retry-on
+# NAME:Class` means a class of that loaded file (see exception_types).
+TARGET_MODULE = "_sluicegate_eval_target_"
 
 
 class UsageError(ValueError):
@@ -56,6 +63,10 @@ class EvalConfig:
         retries: ``--retries``: extra attempts for a failing rollout.
         retry_on: ``--retry-on``: the exceptions worth a retry, by name
             (builtin names or ``module:Name``); empty for every ``Exception``.
+        retry_types: The classes ``retry_on`` names, as they were given to
+            :func:`~sluicegate.eval.evaluate` (a class defined in a function
+            has a name that cannot be imported again); not written to
+            ``run.json``, and empty in a config read from it.
         timeout: ``--timeout``: seconds each attempt may take, or None.
         fail_on_error: ``--fail-on-error`` as given (see :class:`ErrorBudget`).
         min_score: ``--min-score``: the lowest mean allowed per score name
@@ -76,12 +87,14 @@ class EvalConfig:
     fail_on_error: str = "0"
     min_score: dict[str, float] = attrs.field(factory=dict)
     output: str = ""
+    retry_types: tuple[type[Exception], ...] = attrs.field(default=(), eq=False, repr=False)
 
     def retry(self) -> Retry | None:
         """The retry policy: full-jitter exponential backoff, 0.1 s doubling to 5 s at most."""
         if not self.retries:
             return None
-        return Retry(attempts=self.retries + 1, on=exception_types(self.retry_on) or (Exception,))
+        on = self.retry_types or exception_types(self.retry_on)
+        return Retry(attempts=self.retries + 1, on=on or (Exception,))
 
 
 def _count(name: str, value: object, minimum: int) -> int:
@@ -123,15 +136,33 @@ def _ids(ids: Iterable[str | int]) -> tuple[str, ...]:
 
 
 def exception_name(kind: type[BaseException]) -> str:
-    """How ``run.json`` names an exception class: a builtin by name, else ``module:Name``."""
+    """How ``run.json`` names an exception class: a builtin by name, else ``module:Name``.
+
+    A class defined in a ``TARGET`` file is named after the file
+    (``retryon:RateLimited`` for ``retryon.py``), as a user would write it.
+    """
     name: str = kind.__name__
     if getattr(builtins, name, None) is kind:
         return name
-    return f"{kind.__module__}:{kind.__qualname__}"
+    module = kind.__module__
+    if module.startswith(TARGET_MODULE):
+        module = module[len(TARGET_MODULE) :]
+    return f"{module}:{kind.__qualname__}"
+
+
+def _module(name: str) -> object:
+    # A TARGET file already loaded answers for its own name: importing the
+    # file again would run it twice and make a second, different class.
+    loaded = sys.modules.get(TARGET_MODULE + name)
+    return loaded if loaded is not None else importlib.import_module(name)
 
 
 def exception_types(names: Iterable[str]) -> tuple[type[Exception], ...]:
     """The exception classes ``names`` stand for (see :func:`exception_name`).
+
+    ``module:Name`` looks in the ``TARGET`` file called ``module.py`` when
+    that file is the environment's (it is loaded by then), and imports
+    ``module`` otherwise.
 
     Raises:
         UsageError: for a name that does not import or is not an exception class.
@@ -140,7 +171,7 @@ def exception_types(names: Iterable[str]) -> tuple[type[Exception], ...]:
     for name in names:
         module_name, sep, path = name.rpartition(":")
         try:
-            kind: object = importlib.import_module(module_name) if sep else builtins
+            kind: object = _module(module_name) if sep else builtins
             for part in path.split("."):
                 kind = getattr(kind, part)
         except (ImportError, AttributeError, ValueError) as exc:
@@ -148,27 +179,41 @@ def exception_types(names: Iterable[str]) -> tuple[type[Exception], ...]:
                 f"--retry-on {name!r}: no such exception ({type(exc).__name__}: {exc}); "
                 f"give a builtin name such as TimeoutError, or module:Name"
             ) from None
-        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
-            raise UsageError(f"--retry-on {name!r} is not an exception class")
-        if not issubclass(kind, Exception):
-            raise UsageError(f"--retry-on {name!r}: only Exception subclasses are retried")
-        found.append(kind)
+        found.append(_retried(name, kind))
     return tuple(found)
 
 
-def _retry_on(kinds: Iterable[type[BaseException] | str]) -> tuple[str, ...]:
+def _retried(name: str, kind: object) -> type[Exception]:
+    if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+        raise UsageError(f"--retry-on {name!r} is not an exception class")
+    if not issubclass(kind, Exception):
+        raise UsageError(f"--retry-on {name!r}: only Exception subclasses are retried")
+    return kind
+
+
+def _retry_on(
+    kinds: Iterable[type[BaseException] | str],
+) -> tuple[tuple[str, ...], tuple[type[Exception], ...]]:
+    """The names ``run.json`` records for ``kinds``, and the classes they stand for.
+
+    A class is kept as it was given; only its name is written down.
+    """
     if isinstance(kinds, str):
         kinds = (kinds,)
-    names = []
+    names: list[str] = []
+    types: list[type[Exception]] = []
     for kind in kinds:
         if isinstance(kind, str):
+            # Every name must resolve now, not at the first failure.
+            types.extend(exception_types([kind]))
             names.append(kind)
         elif isinstance(kind, type) and issubclass(kind, BaseException):
-            names.append(exception_name(kind))
+            name = exception_name(kind)
+            types.append(_retried(name, kind))
+            names.append(name)
         else:
             raise UsageError(f"--retry-on takes exception classes or their names, not {kind!r}")
-    exception_types(names)  # every name must resolve now, not at the first failure
-    return tuple(names)
+    return tuple(names), tuple(types)
 
 
 def configure(
@@ -200,20 +245,22 @@ def configure(
         raise UsageError(f"the system prompt must be text, not {type(system_prompt).__name__}")
     budget_text = str(fail_on_error).strip()
     ErrorBudget.parse(budget_text)
+    retry_names, retry_types = _retry_on(retry_on)
     return EvalConfig(
         target=target,
-        num_tasks=None if num_tasks is None else _count("-n/--num-tasks", num_tasks, 0),
+        num_tasks=None if num_tasks is None else _count("-n/--num-tasks", num_tasks, 1),
         rollouts=_count("-r/--rollouts", rollouts, 1),
         concurrency=_count("-c/--concurrency", concurrency, 1),
         shuffle=shuffle,
         system_prompt=system_prompt,
         ids=_ids(ids),
         retries=_count("--retries", retries, 0),
-        retry_on=_retry_on(retry_on),
+        retry_on=retry_names,
         timeout=None if timeout is None else _seconds("--timeout", timeout),
         fail_on_error=budget_text,
         min_score=_min_score(min_score),
         output=output,
+        retry_types=retry_types,
     )
 
 
@@ -245,6 +292,9 @@ def differences(recorded: EvalConfig, current: EvalConfig) -> list[str]:
         old, new = getattr(recorded, key), getattr(current, key)
         if key == "target" and new is None:
             continue
+        if key == "ids":
+            # A selection: the order and repeats of --id mean nothing.
+            old, new = sorted(set(old)), sorted(set(new))
         if old != new:
             found.append(f"{flag}: {_shown(old)} in run.json, {_shown(new)} now")
     return found

@@ -12,8 +12,10 @@ from typing import Any
 
 import attrs
 import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from .. import _taskset
+from ._config import EvalConfig
 from ._records import Score
 
 __all__ = ["converter"]
@@ -26,6 +28,16 @@ converter = cattrs.Converter()
 attrs.resolve_types(_taskset.Task, globalns=vars(_taskset))
 
 converter.register_unstructure_hook(datetime, lambda value: value.isoformat())
+# The classes given for --retry-on live only as long as the session: run.json
+# keeps their names.
+converter.register_unstructure_hook(
+    EvalConfig,
+    make_dict_unstructure_fn(EvalConfig, converter, retry_types=override(omit=True)),
+)
+converter.register_structure_hook(
+    EvalConfig,
+    make_dict_structure_fn(EvalConfig, converter, retry_types=override(omit=True)),
+)
 converter.register_structure_hook(datetime, lambda value, _: datetime.fromisoformat(value))
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import threading
 from collections.abc import Callable, Mapping
-from typing import Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 import attrs
 import trio
@@ -25,6 +26,10 @@ import trio
 from ._config import UsageError
 from ._records import Counts
 from ._tally import Tally
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.live import Live
 
 __all__ = ["DISPLAYS", "Display", "PlainDisplay", "RichDisplay", "Summary", "make_display"]
 
@@ -196,7 +201,7 @@ class RichDisplay(_Guarded):
         super().__init__(file)
         self._interval = interval
 
-    def _render(self, tally: Tally) -> object:
+    def _render(self, tally: Tally) -> RenderableType:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
         from rich.text import Text
@@ -222,20 +227,24 @@ class RichDisplay(_Guarded):
 
     async def show(self, tally: Tally) -> None:
         from rich.console import Console
-        from rich.live import Live
 
-        console = Console(file=self._file)
-        live = Live(console=console, auto_refresh=False, transient=True)
+        bar = _LiveBar(Console(file=self._file), lambda: self._render(tally))
+        stderr = sys.stderr
+        if bar.console.is_terminal:
+            # rich's own redirect would print messages on the bar's console,
+            # standard output; they belong on standard error, above the bar.
+            sys.stderr = _AboveBar(self, bar, stderr)
         # Refreshed from this trio task, not rich's thread, so the tally is read
         # between checkpoints only.
-        self.guard(live.start)
+        self.guard(bar.start)
         try:
             while not self.silent:
-                self.guard(lambda: live.update(self._render(tally), refresh=True))  # type: ignore[arg-type]
+                self.guard(bar.update)
                 await trio.sleep(self._interval)
         finally:
-            # Even when silent: stopping also gives sys.stdout and sys.stderr back.
-            self.guard(live.stop, even_if_silent=True)
+            sys.stderr = stderr
+            # Even when silent: stopping also gives sys.stdout back.
+            self.guard(bar.stop, even_if_silent=True)
 
     def summary(self, summary: Summary) -> None:
         from rich.console import Console
@@ -261,6 +270,86 @@ class RichDisplay(_Guarded):
             # Folded, not cut short with an ellipsis: a path must stay whole.
             table.add_row(Text(label), Text(text, overflow="fold"))
         self.guard(lambda: Console(file=self._file).print(table))
+
+
+class _LiveBar:
+    """A transient rich ``Live`` that can be taken down and put up again.
+
+    A new ``Live`` each time it is put up: a restarted one would first
+    erase as many lines as it last had, the message printed meanwhile
+    included.
+    """
+
+    def __init__(self, console: Console, render: Callable[[], RenderableType]) -> None:
+        self.console = console
+        self._render = render
+        self._live: Live | None = None
+        # Messages may come from a worker thread (a load() that warns).
+        self._lock = threading.RLock()
+
+    def start(self) -> None:
+        from rich.live import Live
+
+        with self._lock:
+            if self._live is None:
+                live = Live(
+                    self._render(),
+                    console=self.console,
+                    auto_refresh=False,
+                    transient=True,
+                    redirect_stderr=False,
+                )
+                live.start(refresh=True)
+                self._live = live
+
+    def update(self) -> None:
+        with self._lock:
+            if self._live is not None:
+                self._live.update(self._render(), refresh=True)
+
+    def stop(self) -> None:
+        with self._lock:
+            live, self._live = self._live, None
+            if live is not None:
+                live.stop()
+
+
+class _AboveBar:
+    """Stands in for ``sys.stderr`` while a live bar is shown on a terminal.
+
+    Each line goes to the real standard error, with the bar taken down
+    before it and put up again after, so messages land above the bar and
+    ``2>file`` gets every one of them.
+    """
+
+    def __init__(self, display: _Guarded, bar: _LiveBar, stderr: TextIO) -> None:
+        self._display = display
+        self._bar = bar
+        self._stderr = stderr
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        self._partial += text
+        if "\n" in self._partial:
+            lines, _, self._partial = self._partial.rpartition("\n")
+            self._emit(lines + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._partial:
+            self._emit(self._partial + "\n")
+            self._partial = ""
+
+    def _emit(self, text: str) -> None:
+        self._display.guard(self._bar.stop)
+        try:
+            self._stderr.write(text)
+            self._stderr.flush()
+        finally:
+            self._display.guard(self._bar.start)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stderr, name)
 
 
 def make_display(kind: str) -> Display | None:

@@ -3,9 +3,12 @@
 A new directory appears whole: it is built under a hidden name next to its
 place, with ``run.json`` and an empty ``results.jsonl``, and renamed into
 place, so a kill at any instant leaves either no directory or one a resume
-can read. Rows are then appended and flushed one by one, so a run killed
-at any instant keeps every finished rollout except, at worst, a torn last
-line, which :func:`read_results` sets aside instead of failing.
+can read. A session holds ``.lock`` in the directory (:class:`SessionLock`)
+from before it reads anything of an earlier session until it has written
+its final ``run.json``, so two sessions never write one run. Rows are then
+appended and flushed one by one, so a run killed at any instant keeps
+every finished rollout except, at worst, a torn last line, which
+:func:`read_results` sets aside instead of failing.
 
 Every line is strict JSON (RFC 8259): no ``NaN``/``Infinity``, valid UTF-8,
 and U+2028, U+2029 and U+0085 escaped, so that any line-splitting reader
@@ -32,10 +35,12 @@ from ._records import Row, RunRecord
 
 __all__ = [
     "RESULTS",
+    "LOCK",
     "RUN",
     "TORN",
     "Previous",
     "RunLog",
+    "SessionLock",
     "check_new",
     "create",
     "encode_row",
@@ -47,6 +52,7 @@ __all__ = [
 RESULTS = "results.jsonl"
 RUN = "run.json"
 TORN = "results.torn"
+LOCK = ".lock"
 
 # Characters that some line splitters (str.splitlines, JavaScript) take for line
 # breaks, but json.dumps leaves alone when ensure_ascii is off.
@@ -72,39 +78,116 @@ def _dumps_escaped(data: Any, indent: int | None = None) -> str:
     return json.dumps(data, ensure_ascii=True, allow_nan=False, indent=indent)
 
 
+def _safe_repr(value: object) -> str:
+    """``repr(value)``, or a description of ``value`` when its ``repr()`` raises.
+
+    An integer of more than 4300 digits and an object whose ``__repr__``
+    raises have no ``repr()``; their row must still be written.
+    """
+    try:
+        return repr(value)
+    except Exception as exc:
+        return f"<{type(value).__qualname__} object: repr() raised {type(exc).__name__}: {exc}>"
+
+
+def _encodes(value: Any) -> bool:
+    try:
+        _dumps(converter.unstructure(value))
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
+
+
 def encode_row(row: Row) -> str:
     """The line of ``results.jsonl`` for ``row``, without its newline.
 
     A result the converter or strict JSON cannot take (an arbitrary object,
-    a ``NaN``, a lone surrogate, a dict keyed by tuples) is replaced by its
-    ``repr()`` and marked with ``result_repr``: the row is never lost.
+    a ``NaN``, a lone surrogate, a dict keyed by tuples, an integer too long
+    to print) is replaced by its ``repr()`` and marked with ``result_repr``;
+    other text that is not valid UTF-8 (a lone surrogate in a task id or an
+    error message) is written as ``\\u`` escapes. The row is never lost.
     """
     try:
         return _dumps(converter.unstructure(row))
     except (TypeError, ValueError, RecursionError):
         pass
-    data = converter.unstructure(attrs.evolve(row, result=repr(row.result), result_repr=True))
+    if not _encodes(row.result):
+        row = attrs.evolve(row, result=_safe_repr(row.result), result_repr=True)
+    data = converter.unstructure(row)
     try:
         return _dumps(data)
     except ValueError:
         return _dumps_escaped(data)
 
 
+class SessionLock:
+    """An exclusive hold on a run directory for one session: ``DIR/.lock``, locked with ``flock``.
+
+    Non-blocking: a directory another session holds is refused at once. The
+    operating system lets go of the lock when the process dies, however it
+    dies, so a killed session never leaves its directory locked. On a
+    system without :mod:`fcntl` there is no lock and nothing is refused.
+    """
+
+    def __init__(self, descriptor: int | None) -> None:
+        self._descriptor = descriptor
+
+    @classmethod
+    def take(cls, directory: Path) -> SessionLock:
+        """Lock ``directory`` (which must exist) for this session.
+
+        Raises:
+            UsageError: another session holds it, or the lock file cannot be made.
+        """
+        try:
+            import fcntl
+        except ImportError:
+            return cls(None)
+        try:
+            descriptor = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise UsageError(
+                f"{directory}: cannot create its lock file {LOCK}: {exc.strerror or exc}"
+            ) from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(descriptor)
+            raise UsageError(
+                f"{directory} is in use by another sluicegate eval session; let it end (or "
+                f"stop it) before resuming"
+            ) from None
+        return cls(descriptor)
+
+    def release(self) -> None:
+        """Let go of the lock; idempotent."""
+        if self._descriptor is not None:
+            os.close(self._descriptor)
+            self._descriptor = None
+
+
 class RunLog:
     """One session's output: ``run.json`` when it starts and ends, rows in between.
 
-    Opening it makes the directory (see :func:`create`); :meth:`close`
-    writes the final record.
+    Opening it makes the directory (see :func:`create`) and holds its
+    :class:`SessionLock`, unless the session locked the directory before
+    (a resume does, before reading the earlier rows); :meth:`close` writes
+    the final record and lets go of the lock.
 
     Raises:
-        UsageError: the directory cannot be created or written.
+        UsageError: the directory cannot be created or written, or another
+            session holds it.
     """
 
-    def __init__(self, directory: Path, record: RunRecord) -> None:
-        create(directory, record)
+    def __init__(self, directory: Path, record: RunRecord, lock: SessionLock | None = None) -> None:
+        self.lock = create(directory, record, lock)
         self.directory = directory
         self.record = record
-        self._file: IO[str] = (directory / RESULTS).open("a", encoding="utf-8")
+        try:
+            self._file: IO[str] = (directory / RESULTS).open("a", encoding="utf-8")
+        except BaseException:
+            self.lock.release()
+            raise
 
     def write(self, row: Row) -> None:
         """Append ``row`` to ``results.jsonl`` and flush it to the OS.
@@ -117,10 +200,13 @@ class RunLog:
         self._file.flush()
 
     def close(self, record: RunRecord) -> RunRecord:
-        """Close ``results.jsonl`` and write the final ``record``; returns it."""
-        self._file.close()
-        write_run_record(self.directory, record)
-        self.record = record
+        """Close ``results.jsonl``, write the final ``record``, let go of the lock; return it."""
+        try:
+            self._file.close()
+            write_run_record(self.directory, record)
+            self.record = record
+        finally:
+            self.lock.release()
         return record
 
 
@@ -134,12 +220,7 @@ def check_new(directory: Path) -> None:
     if directory.exists():
         if not directory.is_dir():
             raise UsageError(f"-o {directory}: exists and is not a directory")
-        for name in (RESULTS, RUN):
-            if (directory / name).exists():
-                raise UsageError(
-                    f"{directory} already holds {name}: pass --resume {directory} to continue "
-                    f"that run, or choose another -o"
-                )
+        _refuse_taken(directory)
         if not os.access(directory, os.W_OK | os.X_OK):
             raise UsageError(f"-o {directory}: the directory is not writable")
         return
@@ -152,29 +233,57 @@ def check_new(directory: Path) -> None:
         raise UsageError(f"-o {directory}: cannot create it: {ancestor} is not writable")
 
 
-def create(directory: Path, record: RunRecord) -> None:
+def _refuse_taken(directory: Path) -> None:
+    for name in (RESULTS, RUN):
+        if (directory / name).exists():
+            raise UsageError(
+                f"{directory} already holds {name}: pass --resume {directory} to continue "
+                f"that run, or choose another -o"
+            )
+
+
+def create(directory: Path, record: RunRecord, lock: SessionLock | None = None) -> SessionLock:
     """Make ``directory`` hold ``record`` as ``run.json`` and an empty ``results.jsonl``.
 
-    A directory that does not exist yet appears with both files at once.
+    A directory that does not exist yet appears with both files (and its
+    lock, held) at once. An existing directory is locked first, unless
+    ``lock`` already holds it; a new run in an existing directory is then
+    checked again, since another session may have got there first.
+
+    Returns:
+        The lock this session holds on ``directory``.
 
     Raises:
-        UsageError: the directory cannot be created or written.
+        UsageError: the directory cannot be created or written, another
+            session holds it, or (for a new run) it already holds a run.
     """
     try:
         if directory.is_dir():
-            write_run_record(directory, record)
-            (directory / RESULTS).touch()
-            return
+            held = lock if lock is not None else SessionLock.take(directory)
+            try:
+                if lock is None:
+                    _refuse_taken(directory)
+                write_run_record(directory, record)
+                (directory / RESULTS).touch()
+            except BaseException:
+                held.release()
+                raise
+            return held
         directory.parent.mkdir(parents=True, exist_ok=True)
         staging = directory.with_name(f".{directory.name}.{secrets.token_hex(4)}.partial")
         staging.mkdir()
+        held = SessionLock(None)
         try:
+            # Locked before it has a name another session could find.
+            held = SessionLock.take(staging)
             write_run_record(staging, record)
             (staging / RESULTS).touch()
             staging.rename(directory)
         except BaseException:
+            held.release()
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        return held
     except OSError as exc:
         raise UsageError(f"-o {directory}: cannot create it: {exc.strerror or exc}") from None
 

@@ -14,7 +14,9 @@ Every kind of taskset ends up as a source of :class:`Slot` for the runner:
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import math
 import traceback
 import warnings
 from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Sequence
@@ -26,6 +28,7 @@ import trio
 from .._dynamic import SampleSource
 from .._take import take
 from .._taskset import Task, Taskset
+from .._util import in_background
 from ._config import EvalConfig, UsageError
 from ._records import Row
 from ._rollout import DuplicateTaskId, rollout_of
@@ -255,10 +258,15 @@ async def _static_slots(
         raise UsageError(str(exc)) from None
     if config.shuffle is not None:
         pairs = list(Taskset.from_iterable(pairs).shuffle(config.shuffle))
+    if not pairs:
+        raise UsageError("the taskset's load() returned no task: there is nothing to evaluate")
     if config.ids:
         wanted = set(config.ids)
         pairs = [pair for pair in pairs if pair[0] in wanted]
         unknown = wanted.difference(task_id for task_id, _ in pairs)
+        if not pairs:
+            # A typo in --id must not pass a gate having evaluated nothing.
+            raise UsageError(f"--id matched no task: {', '.join(sorted(unknown))}")
         if unknown:
             warnings.warn(
                 f"--id matched no task for: {', '.join(sorted(unknown))}",
@@ -287,11 +295,15 @@ async def _identified(
     stream: AsyncIterator[Any], book: IdBook, config: EvalConfig
 ) -> AsyncIterator[tuple[str, Any]]:
     # Ids are unique, so once every wanted id has been seen nothing further
-    # can match: stop reading instead of waiting on the feed forever.
+    # can match: stop reading instead of waiting on the feed forever. The
+    # caller bounds `stream` to -n tasks, so a wanted id that never comes
+    # cannot keep the feed open either.
     ids = frozenset(config.ids)
     missing = set(ids)
+    read = 0
     try:
         async for task in stream:
+            read += 1
             task_id, task = book.assign(_prompted(task, config.system_prompt))
             if ids and task_id not in ids:
                 continue
@@ -299,6 +311,12 @@ async def _identified(
             missing.discard(task_id)
             if ids and not missing:
                 return
+        if missing:
+            warnings.warn(
+                f"--id matched no task among the {read} read for: {', '.join(sorted(missing))}",
+                UserWarning,
+                stacklevel=1,
+            )
     finally:
         await _aclose(stream)
 
@@ -332,6 +350,12 @@ class EvalSource(SampleSource[Any, Any]):
     dropped with one :class:`TaskCapWarning`, and once the cap is reached
     the user's ``next()`` is not called), and ``tally.planned`` grows.
 
+    A task dropped by the cap or the filter was accepted (``enqueue()`` did
+    not raise) and will never run, so the user's ``on_abandoned()`` hears
+    of each of its rollouts, from a task of its own while the run goes on
+    (see :meth:`reporting`): a run that waits for work it enqueued is not
+    left waiting forever.
+
     A duplicate raises :class:`DuplicateTaskId` where the task was added
     (``enqueue()`` included) and fails the run when the run that added it
     completes, whether or not its code caught the exception.
@@ -346,6 +370,8 @@ class EvalSource(SampleSource[Any, Any]):
         self._admitted: set[str] = set()
         self._warned = False
         self._failure: DuplicateTaskId | None = None
+        # Rollouts of tasks dropped by -n or --id, for on_abandoned().
+        self._dropped, self._to_report = trio.open_memory_channel[Slot](math.inf)
 
     @property
     def full(self) -> bool:
@@ -358,7 +384,7 @@ class EvalSource(SampleSource[Any, Any]):
             self._warned = True
             warnings.warn(
                 f"-n/--num-tasks {self._config.num_tasks} reached: further tasks from the "
-                f"SampleSource are dropped",
+                f"SampleSource are dropped (its on_abandoned() hears of each)",
                 TaskCapWarning,
                 stacklevel=1,
             )
@@ -384,14 +410,48 @@ class EvalSource(SampleSource[Any, Any]):
         for task_id, task in self._book.name_all(tasks):
             if task_id not in self._admitted and self.full:
                 self._warn_cap()
+                self._drop(task_id, task, rollouts)
                 continue
             self._book.reserve(task_id, rollout)
             if self._ids and task_id not in self._ids:
+                self._drop(task_id, task, rollouts)
                 continue
             self._admitted.add(task_id)
             self._tally.planned += len(rollouts)
+            if rollouts.stop > self._config.rollouts:
+                # A rollout past -r: -n times -r no longer bounds the total.
+                self._tally.bound = None
             slots.extend(Slot(task_id, k, task) for k in rollouts)
         return slots
+
+    def _drop(self, task_id: str, task: Any, rollouts: range) -> None:
+        for k in rollouts:
+            # Unbounded: admission never waits. After reporting() ended the
+            # channel is closed, and nothing is left to hear of it.
+            with contextlib.suppress(trio.ClosedResourceError):
+                self._dropped.send_nowait(Slot(task_id, k, task))
+
+    async def _report_dropped(self, reported: trio.Event) -> None:
+        try:
+            async for slot in self._to_report:
+                with rollout_of(slot.rollout):
+                    await self._user.on_abandoned(slot.task)
+        finally:
+            reported.set()
+
+    @contextlib.asynccontextmanager
+    async def reporting(self) -> AsyncIterator[None]:
+        """Tell the user's ``on_abandoned()`` of dropped tasks while the block runs.
+
+        A block that ends normally waits for every drop to be reported; one
+        that fails or is cancelled stops the reporting, as a failure or a
+        cancellation unwinds everything.
+        """
+        reported = trio.Event()
+        async with in_background(self._report_dropped, reported):
+            yield
+            self._dropped.close()
+            await reported.wait()
 
     def initial(self) -> Sequence[Any]:
         return self._user.initial()
@@ -447,9 +507,10 @@ async def plan(
         return EvalSource(taskset, config, tally)
     if kind is Kind.STATIC:
         return await _static_slots(config, taskset, done, tally, threaded)
-    tasks: AsyncIterator[tuple[str, Any]] = _identified(
-        aiter(taskset.stream()), IdBook(config.rollouts), config
-    )
-    if config.num_tasks is not None:
-        tasks = take(tasks, config.num_tasks)
+    # -n bounds the tasks *read*, before --id filters them: a stream has no
+    # end to wait for, so an id that never arrives must not keep it open.
+    # (check() made sure -n is given.)
+    assert config.num_tasks is not None
+    read: AsyncIterator[Any] = take(taskset.stream(), config.num_tasks)
+    tasks = _identified(read, IdBook(config.rollouts), config)
     return _expanded(tasks, config.rollouts, done, tally)

@@ -40,9 +40,15 @@ class ErrorInfo:
     @classmethod
     def of(cls, exc: BaseException) -> ErrorInfo:
         """Describe ``exc``, frames included."""
+        try:
+            message = str(exc)
+        except Exception as failure:
+            # The row must still be written; traceback.format_exception
+            # copes with such an exception the same way.
+            message = f"<exception str() failed: {type(failure).__name__}>"
         return cls(
             type=type(exc).__qualname__,
-            message=str(exc),
+            message=message,
             traceback="".join(traceback.format_exception(exc)),
         )
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import numbers
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -89,10 +91,26 @@ AttemptFn = Callable[[Parts, "Slot"], Awaitable[Scored]]
 """Runs one attempt of a slot's rollout: ``run(task)``, then ``score(task, result)``."""
 
 
-def _finite(value: object) -> float:
-    number = float(value)  # type: ignore[arg-type]
+def _number(value: object, what: str) -> float:
+    """``value`` as a finite float, if it is a real number (numpy's and ``Decimal`` too).
+
+    A ``bool`` is not a score (``True`` is an answer, not 1.0), nor is text
+    that looks like a number: the same rule for a score and for each value
+    of a mapping of scores.
+
+    Raises:
+        TypeError: ``value`` is not a real number.
+        ValueError: it is not finite, or too large for a float.
+    """
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, Decimal)):
+        hint = "" if what else " or a mapping of names to real numbers"
+        raise TypeError(f"score() returned {what}{value!r}: a score must be a real number{hint}")
+    try:
+        number = float(value)
+    except (OverflowError, ValueError) as error:  # 10**400, Decimal("sNaN")
+        raise ValueError(f"score() returned {what}{value!r}: {error}") from None
     if not math.isfinite(number):
-        raise ValueError(f"score() returned {number!r}: a score must be a finite number")
+        raise ValueError(f"score() returned {what}{value!r}: a score must be a finite number")
     return number
 
 
@@ -102,11 +120,9 @@ async def _score(env: Parts, task: Any, result: Any) -> Score:
     value = env.score(task, result)
     if inspect.isawaitable(value):
         value = await value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return _finite(value)
     if isinstance(value, Mapping):
-        return {str(key): _finite(inner) for key, inner in value.items()}
-    raise TypeError(f"score() must return a number or a mapping of numbers, not {value!r}")
+        return {str(key): _number(inner, f"{key!r}: ") for key, inner in value.items()}
+    return _number(value, "")
 
 
 async def attempt_here(env: Parts, slot: Slot) -> Scored:

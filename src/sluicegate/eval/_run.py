@@ -38,11 +38,12 @@ from ._log import (
     TORN,
     Previous,
     RunLog,
+    SessionLock,
     check_new,
     read_results,
     read_run_record,
 )
-from ._plan import DuplicateTaskId, Kind, Slot, Source, check, kind_of, plan
+from ._plan import DuplicateTaskId, EvalSource, Kind, Slot, Source, check, kind_of, plan
 from ._records import Row, RunRecord, StopReason
 from ._report import EvalReport, begin, budget_text, end
 from ._rollout import AttemptFn, Rollouts, attempt_here
@@ -73,6 +74,7 @@ class _Setup:
     kind: Kind
     earlier: RunRecord | None
     previous: Previous | None
+    lock: SessionLock | None = None
 
     @property
     def done(self) -> Collection[tuple[str, int]]:
@@ -106,6 +108,29 @@ def _on_dask() -> ModuleType:
     return _dask
 
 
+_NOTHING = "nothing to evaluate: the taskset gave no task, or --id matched none of those read"
+
+
+def _check_hooks(drain: object, trace: object) -> None:
+    """Refuse a ``drain`` or ``trace`` the runner would refuse, before anything is written.
+
+    Raises:
+        UsageError: naming the argument.
+    """
+    if drain is not None and not isinstance(drain, Drain):
+        raise UsageError(f"drain must be a sluicegate.Drain or None, not {drain!r}")
+    # A class has the methods too, unbound: Timeline for Timeline() is a slip.
+    if not (
+        trace is None
+        or trace is True
+        or (isinstance(trace, Recorder) and not isinstance(trace, type))
+    ):
+        raise UsageError(
+            f"trace must be True, None or a recorder with pulled(), started(), finished() "
+            f"and marked() (a Timeline), not {trace!r}"
+        )
+
+
 def _setup(
     env: object,
     resume: bool,
@@ -122,6 +147,9 @@ def _setup(
     """
     if resume and output_dir is None:
         raise UsageError("resume=True needs output_dir: the directory of the run to continue")
+    if output_dir is not None and not os.fspath(output_dir):
+        # Path("") is the current directory: never what an empty -o meant.
+        raise UsageError("-o/--output (output_dir) is empty: give the run's directory")
     earlier = None
     if env is None:
         if not resume:
@@ -154,14 +182,21 @@ def _setup(
         raise UsageError(
             f"--resume refused: this command differs from the run in {output}: " + "; ".join(found)
         )
-    previous = read_results(output)
+    # Before reading the rows: a session still writing them must not be
+    # joined by another, and setting aside a torn line is a write.
+    lock = SessionLock.take(output)
+    try:
+        previous = read_results(output)
+    except BaseException:
+        lock.release()
+        raise
     if previous.set_aside is not None:
         warnings.warn(
             f"set aside a torn last line of {output / RESULTS} (kept in {output / TORN})",
             UserWarning,
             stacklevel=3,
         )
-    return _Setup(parts, config, kind, earlier, previous)
+    return _Setup(parts, config, kind, earlier, previous, lock)
 
 
 @asynccontextmanager
@@ -226,6 +261,7 @@ async def _run_slots(
     slots: Any = source
     try:
         async with (
+            source.reporting() if isinstance(source, EvalSource) else contextlib.nullcontext(),
             _serving(rollouts.env),
             open_stream(
                 slots,
@@ -250,13 +286,27 @@ async def _run_slots(
                         raise _ErrorBudgetCrossed
     except _ErrorBudgetCrossed:
         return "failed", budget_text(config, tally.errors)
-    except Exception as exc:
+    except BaseException as exc:
+        # A KeyboardInterrupt is an interruption, and a cancellation belongs
+        # to the scope that asked for it. Anything else, a SystemExit from a
+        # library deep in a rollout included, is the run failing: nothing
+        # interrupted it.
+        if _interrupts(exc):
+            raise
         if not isinstance(exc, DuplicateTaskId):
             # The environment's own failure: its traceback is what the user
             # needs. Our own refusals say everything in one line.
             logger.error("the environment failed", exc_info=exc)
         return "failed", f"{type(exc).__name__}: {exc}"
     return "completed", None
+
+
+def _interrupts(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or holds) a ``KeyboardInterrupt`` or a cancellation."""
+    stops = (KeyboardInterrupt, trio.Cancelled)
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(stops) is not None
+    return isinstance(exc, stops)
 
 
 def _stopped(
@@ -300,6 +350,63 @@ def _summary(record: RunRecord, setup: _Setup, tally: Tally) -> Summary:
         if resumable and record.stop_reason != "completed"
         else None,
     )
+
+
+async def _session(
+    setup: _Setup,
+    shown: Display | None,
+    drain: Drain | None,
+    signals: bool,
+    trace: Recorder | Literal[True] | None,
+    dask: str | DaskBridge | None,
+) -> tuple[RunRecord, Tally]:
+    """Plan and run the rollouts, then write the final ``run.json``; returns it and the tally."""
+    config = setup.config
+    tally = Tally(concurrency=config.concurrency, started=trio.current_time())
+    drain = drain if drain is not None else Drain()
+    # The first signal stops waiting for a load() still reading; the second
+    # cancels the rollouts in flight.
+    startup, cancel = trio.CancelScope(), trio.CancelScope()
+    async with (
+        drain_on_signals(
+            drain,
+            signals=DEFAULT_SIGNALS if signals else (),
+            cancel_scope=cancel,
+            on_signal=lambda _, __: startup.cancel(),
+        ),
+        # The cluster before the display: a refusal from it is shown alone.
+        _attempts(dask, setup.parts, config) as (attempt, timeout),
+        _showing(shown, tally),
+    ):
+        source: Source | None = None
+        with startup:
+            source = await plan(setup.kind, setup.parts.taskset, config, setup.done, tally, signals)
+        tally.add_resumed(setup.previous.ok.values() if setup.previous else ())
+        log = RunLog(
+            Path(config.output), begin(config, setup.parts.name, setup.earlier), setup.lock
+        )
+        stop: StopReason = "interrupted"
+        error: str | None = None
+        try:
+            if source is not None:
+                rollout = Rollouts(setup.parts, tally, drain, config.retry(), timeout, attempt)
+                traced = (
+                    recording(log.directory, label=_slot_label)
+                    if trace is True
+                    else contextlib.nullcontext(trace)
+                )
+                with cancel, traced as recorder:
+                    stop, error = await _run_slots(source, rollout, config, log, tally, recorder)
+                if stop == "completed" and tally.planned == 0:
+                    # A stream or a SampleSource that gave no task (or none
+                    # --id selected): a run that evaluated nothing must not pass.
+                    stop, error = "failed", _NOTHING
+        finally:
+            # Written however the session ends, a KeyboardInterrupt or an
+            # outside cancellation included: run.json never stays unfinished.
+            stop, error = _stopped(stop, error, drain, cancel)
+            record = log.close(end(log.record, stop, error, tally))
+    return record, tally
 
 
 async def evaluate(
@@ -361,7 +468,8 @@ async def evaluate(
             (main thread only). A static set's ``load()`` then runs in a
             worker thread, so that signals are heard while it reads.
         trace: A recorder handed to the runner as its ``trace=``: it hears of
-            every slot pulled, started and finished. None records nothing.
+            every slot pulled, started and finished. True records a trace
+            in the output directory (``--trace``); None records nothing.
         dask: Run each attempt on a Dask cluster: ``"local"`` starts an
             embedded ``LocalCluster`` for the evaluation, another string is
             a scheduler address, and a bridge from
@@ -376,6 +484,7 @@ async def evaluate(
             refused before anything ran (a ``load()`` that raised and
             duplicate task ids included).
     """
+    _check_hooks(drain, trace)
     shown = make_display(display)
     setup = _setup(
         env,
@@ -394,45 +503,13 @@ async def evaluate(
         fail_on_error=fail_on_error,
         min_score=min_score,
     )
-    config = setup.config
-    tally = Tally(concurrency=config.concurrency, started=trio.current_time())
-    drain = drain if drain is not None else Drain()
-    # The first signal stops waiting for a load() still reading; the second
-    # cancels the rollouts in flight.
-    startup, cancel = trio.CancelScope(), trio.CancelScope()
-    async with (
-        drain_on_signals(
-            drain,
-            signals=DEFAULT_SIGNALS if signals else (),
-            cancel_scope=cancel,
-            on_signal=lambda _, __: startup.cancel(),
-        ),
-        # The cluster before the display: a refusal from it is shown alone.
-        _attempts(dask, setup.parts, config) as (attempt, timeout),
-        _showing(shown, tally),
-    ):
-        source: Source | None = None
-        with startup:
-            source = await plan(setup.kind, setup.parts.taskset, config, setup.done, tally, signals)
-        tally.add_resumed(setup.previous.ok.values() if setup.previous else ())
-        log = RunLog(Path(config.output), begin(config, setup.parts.name, setup.earlier))
-        stop: StopReason = "interrupted"
-        error: str | None = None
-        try:
-            if source is not None:
-                rollout = Rollouts(setup.parts, tally, drain, config.retry(), timeout, attempt)
-                traced = (
-                    recording(log.directory, label=_slot_label)
-                    if trace is True
-                    else contextlib.nullcontext(trace)
-                )
-                with cancel, traced as recorder:
-                    stop, error = await _run_slots(source, rollout, config, log, tally, recorder)
-        finally:
-            # Written however the session ends, a KeyboardInterrupt or an
-            # outside cancellation included: run.json never stays unfinished.
-            stop, error = _stopped(stop, error, drain, cancel)
-            record = log.close(end(log.record, stop, error, tally))
+    try:
+        record, tally = await _session(setup, shown, drain, signals, trace, dask)
+    finally:
+        # The session's own lock (a resume's, taken before anything was read);
+        # a RunLog lets go of its lock itself.
+        if setup.lock is not None:
+            setup.lock.release()
     # After the live display has stopped, so that the summary stands alone.
     _conclude(shown, record, setup, tally)
-    return EvalReport.of(record, log.directory)
+    return EvalReport.of(record, Path(record.config.output))

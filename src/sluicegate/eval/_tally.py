@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from fractions import Fraction
 
 import attrs
 
@@ -25,7 +26,9 @@ class Tally:
         planned: Rollouts planned so far, resumed ones included; it grows
             while a stream or a ``SampleSource`` adds tasks.
         growing: Whether ``planned`` may still grow.
-        bound: The most ``planned`` can grow to (``-n`` times ``-r``), if known.
+        bound: The most ``planned`` can grow to (``-n`` times ``-r``), if
+            known; None once ``enqueue(task, rollout=k)`` adds a rollout
+            past ``-r``.
         ok: Ok rollouts, resumed ones included.
         errors: Error rows written by this session.
         resumed: Ok rollouts found on disk by ``--resume``.
@@ -49,7 +52,9 @@ class Tally:
     cut_short: int = 0
     concurrency: int = 1
     started: float = 0.0
-    _sums: dict[str, float] = attrs.Factory(dict)
+    # Exact sums: finite scores whose float sum overflows (1e308 + 1e308)
+    # still have a finite mean, and run.json must hold it.
+    _sums: dict[str, Fraction] = attrs.Factory(dict)
     _counts: dict[str, int] = attrs.Factory(dict)
 
     @property
@@ -70,7 +75,7 @@ class Tally:
             score.items() if isinstance(score, Mapping) else ((SCORE, score),)
         )
         for key, value in items:
-            self._sums[key] = self._sums.get(key, 0.0) + value
+            self._sums[key] = self._sums.get(key, Fraction(0)) + Fraction(value)
             self._counts[key] = self._counts.get(key, 0) + 1
 
     def add_resumed(self, rows: Iterable[Row]) -> None:
@@ -86,8 +91,12 @@ class Tally:
             self.abandoned_names.append((task_id, rollout))
 
     def means(self) -> dict[str, float]:
-        """The mean of each score key over the ok rollouts that have it."""
-        return {key: self._sums[key] / self._counts[key] for key in sorted(self._sums)}
+        """The mean of each score key over the ok rollouts that have it.
+
+        Each mean is the exact mean rounded once, so it is finite whenever
+        the scores are, however large their sum.
+        """
+        return {key: float(self._sums[key] / self._counts[key]) for key in sorted(self._sums)}
 
     def counts(self) -> Counts:
         """The counts for ``run.json``."""

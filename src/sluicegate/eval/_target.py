@@ -24,7 +24,7 @@ import attrs
 from .._dynamic import SampleSource
 from .._taskset import Taskset
 from .._util import surely_sync
-from ._config import UsageError
+from ._config import TARGET_MODULE, UsageError
 
 __all__ = [
     "Environment",
@@ -88,6 +88,30 @@ class Parts:
     target: str | None = None
 
 
+def _made(factory: Any, name: str) -> object:
+    """Call a zero-argument factory of an environment.
+
+    Raises:
+        UsageError: ``factory`` needs arguments, raised, or called ``sys.exit()``.
+    """
+    called = f"{name}: {getattr(factory, '__qualname__', factory)!s}()"
+    try:
+        inspect.signature(factory).bind()
+    except TypeError as exc:
+        raise UsageError(f"{name} is callable but not a zero-argument factory: {exc}") from None
+    except ValueError:
+        pass  # no signature to read (some builtins): calling it will tell
+    try:
+        return factory()
+    except SystemExit as exc:
+        raise UsageError(
+            f"{called} called sys.exit({exc.code!r}); an environment factory must return "
+            f"the environment"
+        ) from None
+    except Exception as exc:
+        raise UsageError(f"{called} raised {type(exc).__name__}: {exc}") from exc
+
+
 def as_parts(obj: object, name: str, target: str | None = None) -> Parts:
     """Check that ``obj`` keeps the :class:`Environment` contract and take it apart.
 
@@ -99,13 +123,11 @@ def as_parts(obj: object, name: str, target: str | None = None) -> Parts:
 
     Raises:
         UsageError: naming what is missing or of the wrong kind (a ``run``
-            that is not ``async`` included).
+            that is not ``async`` included), or a factory that needs
+            arguments, raises or calls ``sys.exit()``.
     """
     if inspect.isclass(obj) or (callable(obj) and not hasattr(obj, "taskset")):
-        try:
-            obj = obj()
-        except TypeError as exc:
-            raise UsageError(f"{name} is callable but not a zero-argument factory: {exc}") from exc
+        obj = _made(obj, name)
     missing = [attr for attr in ("taskset", "run") if getattr(obj, attr, None) is None]
     if missing:
         raise UsageError(
@@ -216,7 +238,7 @@ def _load_file(path: Path) -> ModuleType:
     if not path.is_file():
         raise UsageError(f"TARGET file {str(path)!r} does not exist")
     path = path.resolve()
-    name = f"_sluicegate_eval_target_{path.stem}"
+    name = f"{TARGET_MODULE}{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise UsageError(f"TARGET file {str(path)!r} cannot be imported as Python")

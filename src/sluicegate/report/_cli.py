@@ -31,8 +31,9 @@ def register(commands: Any) -> None:
         "-o",
         "--output",
         metavar="FILE",
-        help="the image to write; its suffix picks the format (.png, .svg, .pdf); "
-        "default timeline.png in the run directory (or beside the trace)",
+        help="the image to write; its suffix picks the format (.png, .svg, .pdf), .png "
+        "when it has none, timeline.png inside it when it is a directory; default "
+        "timeline.png in the run directory (or beside the trace)",
     )
     plot.set_defaults(handler=_plot)
 
@@ -155,13 +156,30 @@ def _describe(timeline: Timeline, session: int | None) -> None:
 
 
 def _list_unfinished(timelines: list[Timeline]) -> int:
-    found: list[tuple[int, Timeline, Span]] = [
-        (number, timeline, span)
-        for number, timeline in enumerate(timelines, 1)
-        for span in timeline.unfinished()
-    ]
+    found: list[tuple[int, Timeline, Span]] = []
+    superseded = 0
+    # Labels a later session started: a resume runs what a killed session
+    # left unfinished again, under the same label, so that run is history.
+    later: set[str] = set()
+    for number, timeline in reversed(list(enumerate(timelines, 1))):
+        for span in reversed(timeline.unfinished()):
+            if span.label is not None and span.label in later:
+                superseded += 1
+            else:
+                found.append((number, timeline, span))
+        later.update(
+            span.label
+            for span in timeline.spans
+            if span.label is not None and span.started is not None
+        )
+    found.reverse()
+    again = (
+        f" ({superseded} unfinished in an earlier session ran again in a later one)"
+        if superseded
+        else ""
+    )
     if not found:
-        print("no anomalies: every run that started finished")
+        print(f"no anomalies: every run that started finished{again}")
         return 0
     print(f"{len(found)} run(s) started and never finished:")
     print(f"{'session':>7}  {'item':>6}  {'slot':>4}  {'started (UTC)':<15}  {'ran for':>9}  label")
@@ -175,5 +193,5 @@ def _list_unfinished(timelines: list[Timeline]) -> int:
             f"{number:>7}  {span.index:>6}  {span.slot:>4}  {at:<15}  "
             f"{timeline.end - span.started:>8.3f}s  {_printable(span.label)}"
         )
-    print("(ran for: until the last event the trace recorded)")
+    print(f"(ran for: until the last event the trace recorded){again}")
     return 1

@@ -250,6 +250,14 @@ def _summary(run: RunView) -> str:
         facts.append(("run.json", "missing or unreadable"))
     if run.skipped:
         facts.append(("results.jsonl", f"{run.skipped} line(s) that are not rows skipped"))
+    if run.superseded:
+        facts.append(
+            (
+                "superseded",
+                f"{run.superseded} earlier row(s) of rollouts a resume ran again, "
+                "left out (they stay in results.jsonl)",
+            )
+        )
     errors = Counter(rollout.error.type for rollout in run.rollouts if rollout.error is not None)
     if errors:
         common = errors.most_common(8)

@@ -39,16 +39,26 @@ def _pyplot() -> Any:
     return plt
 
 
+def _image_path(output: Path) -> Path:
+    """Where an image asked for as ``output`` goes (matplotlib would add
+    ``.png`` to a bare name itself, leaving the caller to name the wrong file)."""
+    if output.is_dir():
+        return output / "timeline.png"
+    return output if output.suffix else output.with_name(output.name + ".png")
+
+
 def plot(path: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
     """Draw the timeline of ``path`` (a trace, an event log or a run directory) into ``output``.
 
     One row per slot with a bar per run, coloured by how it ended; drain,
     failure and close as vertical lines; the runs in flight below. For an
     evaluation's run directory, the score distribution beside it. The
-    image format follows ``output``'s suffix (``.png``, ``.svg``, ``.pdf``).
+    image format follows ``output``'s suffix (``.png``, ``.svg``, ``.pdf``):
+    an existing directory gets ``timeline.png`` inside it, and a name
+    without a suffix gets ``.png``.
 
     Returns:
-        ``output`` as a Path.
+        The path written: ``output``, or what it became as above.
 
     Raises:
         PlotUnavailable: matplotlib is not installed.
@@ -56,7 +66,7 @@ def plot(path: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
         ValueError: ``path`` is not a sluicegate trace.
     """
     plt = _pyplot()
-    path, output = Path(path), Path(output)
+    path, output = Path(path), _image_path(Path(output))
     timelines = Timeline.read(path)
     run = read_run(path) if path.is_dir() else None
     scores = run.score_series() if run is not None else {}

@@ -76,14 +76,18 @@ class RunView:
     Attributes:
         directory: The run directory.
         summary: From ``run.json``; None when there is none (yet) or it is unreadable.
-        rollouts: Every row of ``results.jsonl``, in file order.
+        rollouts: The latest row of each ``(task id, rollout)`` in
+            ``results.jsonl``, in file order.
         skipped: Lines of ``results.jsonl`` that are not rows (a torn last line).
+        superseded: Rows a later row of the same rollout replaced: an error
+            row of a session that a ``--resume`` ran again.
     """
 
     directory: Path
     summary: Summary | None
     rollouts: list[Rollout]
     skipped: int = 0
+    superseded: int = 0
 
     @property
     def is_eval(self) -> bool:
@@ -140,7 +144,9 @@ def read_run(directory: Path) -> RunView:
     """Read ``run.json`` and ``results.jsonl`` of ``directory``, whichever exist.
 
     Never fails on content: a ``run.json`` that cannot be read gives no
-    summary, and a line that is not a row is counted in ``skipped``.
+    summary, and a line that is not a row is counted in ``skipped``. Only
+    the latest row of each ``(task id, rollout)`` is kept; the earlier ones
+    are counted in ``superseded``.
 
     Raises:
         OSError: if a file exists but cannot be read.
@@ -154,7 +160,8 @@ def read_run(directory: Path) -> RunView:
         pass
     except (ValueError, cattrs.BaseValidationError):
         summary = None
-    rollouts: list[Rollout] = []
+    latest: dict[tuple[str, int], Rollout] = {}
+    rows = 0
     skipped = 0
     try:
         text = (directory / RESULTS).read_bytes().decode("utf-8", errors="replace")
@@ -165,8 +172,21 @@ def read_run(directory: Path) -> RunView:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-            rollouts.append(_converter.structure(row, Rollout))
+            rollout = _converter.structure(json.loads(line), Rollout)
         except (ValueError, TypeError, cattrs.BaseValidationError):
             skipped += 1
-    return RunView(directory=directory, summary=summary, rollouts=rollouts, skipped=skipped)
+            continue
+        rows += 1
+        # A resume appends the rollouts it runs again: the latest row is the
+        # rollout's, an earlier one only history (pop, so the order is the
+        # latest rows' order).
+        key = (rollout.task_id, rollout.rollout)
+        latest.pop(key, None)
+        latest[key] = rollout
+    return RunView(
+        directory=directory,
+        summary=summary,
+        rollouts=list(latest.values()),
+        skipped=skipped,
+        superseded=rows - len(latest),
+    )

@@ -8,6 +8,7 @@ elements however many runs there were.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from html import escape
 from typing import Final
@@ -203,7 +204,7 @@ def histograms_svg(series: dict[str, list[float]], *, bins: int = 20) -> str:
             for i, count in enumerate(counts)
             if count
         )
-        mean = sum(values) / len(values)
+        mean = statistics.mean(values)  # exact: a sum of finite scores may overflow
         charts.append(
             f'<figure class="hist"><svg viewBox="0 0 {width} {height}" '
             f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{escape(name)} histogram">'
