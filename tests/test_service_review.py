@@ -102,6 +102,23 @@ async def test_a_plain_function_as_run_is_refused_before_anything_runs(tmp_path:
     assert not path.parent.exists()
 
 
+async def test_a_lambda_that_hands_over_an_async_run_is_accepted() -> None:
+    async def scaled(n: int, factor: int) -> int:
+        await trio.lowlevel.checkpoint()
+        return n * factor
+
+    seen: list[object] = []
+
+    async def note(served: ServedItem[int]) -> None:
+        seen.append(served.value)
+
+    report = await serve(
+        range(3), lambda n: scaled(n, 10), window=2, on_outcome=note, signals=()
+    )  # fmt: skip
+    assert (report.ok, report.failed) == (3, 0)
+    assert sorted(seen) == [0, 10, 20]  # type: ignore[type-var]
+
+
 async def test_a_plain_on_outcome_is_refused_up_front(tmp_path: Path) -> None:
     def acknowledge(served: ServedItem[int]) -> None:
         pass

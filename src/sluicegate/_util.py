@@ -102,12 +102,15 @@ _ALWAYS_CHECK = _AlwaysCheck()
 def surely_sync(fn: object) -> bool:
     """Whether ``fn`` is a plain (non-``async``) Python function, method or builtin.
 
-    Other callables (an object whose ``__call__`` is compiled, say) are
-    given the benefit of the doubt.
+    A ``lambda`` is given the benefit of the doubt, as are other callables
+    (an object whose ``__call__`` is compiled, say): ``lambda x: work(x, 1)``
+    is the usual way to hand over an async function with its arguments.
     """
     while isinstance(fn, functools.partial):
         fn = fn.func
     if inspect.isfunction(fn) or inspect.ismethod(fn):
+        if fn.__name__ == "<lambda>":
+            return False
         return not inspect.iscoroutinefunction(fn)
     if inspect.isbuiltin(fn) or inspect.isclass(fn):
         return True
