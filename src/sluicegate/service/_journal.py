@@ -575,7 +575,7 @@ class JournalSession:
         self._next_commit = trio.Event()
         self._hold_s = _HOLD_S
         self._held_too_briefly = False
-        self.checkpoints = 0
+        self.checkpoints: int = 0
         # Lookups read a snapshot that the next commit renews.
         local.execute("BEGIN")
 
