@@ -1,4 +1,4 @@
-"""Suite-wide set-up: the Hypothesis profiles.
+"""Suite-wide set-up: the Hypothesis profiles, and the Dask cluster tests share.
 
 ``SLUICEGATE_HYPOTHESIS_PROFILE`` picks one (CONTRIBUTING.md says when):
 
@@ -17,7 +17,9 @@ so their wall-clock time measures how loaded the machine is, not the code.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 PROFILE_VARIABLE = "SLUICEGATE_HYPOTHESIS_PROFILE"
@@ -33,3 +35,19 @@ settings.register_profile(
 )
 settings.register_profile("repro", settings.get_profile("ci"), derandomize=True)
 settings.load_profile(os.environ.get(PROFILE_VARIABLE) or "dev")
+
+
+@pytest.fixture(scope="module")
+def dask_address() -> Iterator[str]:
+    """The scheduler address of an in-process ``LocalCluster``, one per test module.
+
+    ``processes=False`` starts it in about 50 ms against about a second for
+    worker processes, and lets a test hold remote runs on their worker
+    threads with a ``threading.Event``.
+    """
+    from distributed import LocalCluster
+
+    with LocalCluster(  # type: ignore[no-untyped-call]
+        n_workers=2, threads_per_worker=4, processes=False, dashboard_address=":0"
+    ) as cluster:
+        yield cluster.scheduler_address

@@ -41,15 +41,6 @@ SETTLE = 5.0
 
 # distributed leaves its constructors untyped.
 new_client: Callable[..., Client] = Client
-new_cluster: Callable[..., LocalCluster] = LocalCluster
-
-
-@pytest.fixture(scope="module")
-def address() -> Iterator[str]:
-    with new_cluster(
-        n_workers=2, threads_per_worker=4, processes=False, dashboard_address=":0"
-    ) as cluster:
-        yield cluster.scheduler_address
 
 
 # -- what runs on the workers ---------------------------------------------------
@@ -172,8 +163,8 @@ async def wait_on_scheduler(client: Client, prefix: str, count: int) -> None:
 # -- order and results -----------------------------------------------------------
 
 
-async def test_results_come_back_in_submission_order(address: str) -> None:
-    async with open_dask(address) as dask:
+async def test_results_come_back_in_submission_order(dask_address: str) -> None:
+    async with open_dask(dask_address) as dask:
         assert await run_stream(range(40), dask.remote(double), window=8) == [
             item * 2 for item in range(40)
         ]
@@ -185,8 +176,8 @@ async def test_results_come_back_in_submission_order(address: str) -> None:
             ]
 
 
-async def test_async_functions_run_under_trio_on_the_worker(address: str) -> None:
-    async with open_dask(address) as dask:
+async def test_async_functions_run_under_trio_on_the_worker(dask_address: str) -> None:
+    async with open_dask(dask_address) as dask:
         results = await run_stream(range(20), dask.remote(async_double), window=8)
     assert results == [(item * 2, True) for item in range(20)]
 
@@ -194,8 +185,10 @@ async def test_async_functions_run_under_trio_on_the_worker(address: str) -> Non
 # -- failures ----------------------------------------------------------------------
 
 
-async def test_a_remote_failure_is_raised_as_itself_with_the_runners_note(address: str) -> None:
-    async with open_dask(address) as dask:
+async def test_a_remote_failure_is_raised_as_itself_with_the_runners_note(
+    dask_address: str,
+) -> None:
+    async with open_dask(dask_address) as dask:
         with pytest.raises(Flaky) as caught:
             await run_stream(range(10), dask.remote(fails_on_three), window=4)
     error = caught.value
@@ -207,12 +200,12 @@ async def test_a_remote_failure_is_raised_as_itself_with_the_runners_note(addres
 
 
 async def test_fail_fast_leaves_no_task_on_the_scheduler(
-    address: str, make_gate: Callable[..., Gate]
+    dask_address: str, make_gate: Callable[..., Gate]
 ) -> None:
     # Item 0 fails once 7 others hold the other worker threads; the rest of
     # the window (24 items) is queued on the scheduler at that moment.
     gate = make_gate("fail_fast", fail=0, wait_for=7)
-    async with open_dask(address) as dask:
+    async with open_dask(dask_address) as dask:
         with pytest.raises(Flaky, match="item 0 failed") as caught:
             await run_stream(range(100), dask.remote(gate), window=32)
         assert "sluicegate: raised by the run of item 0" in caught.value.__notes__
@@ -220,10 +213,10 @@ async def test_fail_fast_leaves_no_task_on_the_scheduler(
 
 
 async def test_caller_cancellation_leaves_no_task_on_the_scheduler(
-    address: str, make_gate: Callable[..., Gate]
+    dask_address: str, make_gate: Callable[..., Gate]
 ) -> None:
     gate = make_gate("caller_cancel")
-    async with open_dask(address) as dask:
+    async with open_dask(dask_address) as dask:
         with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(
@@ -237,10 +230,10 @@ async def test_caller_cancellation_leaves_no_task_on_the_scheduler(
 
 
 async def test_leaving_open_stream_early_cancels_on_the_scheduler(
-    address: str, make_gate: Callable[..., Gate]
+    dask_address: str, make_gate: Callable[..., Gate]
 ) -> None:
     gate = make_gate("leave_early", quick=0)
-    async with open_dask(address) as dask:
+    async with open_dask(dask_address) as dask:
         async with open_stream(range(100), dask.remote(gate), window=16) as results:
             async for done in results:
                 assert done.index == 0
@@ -250,10 +243,10 @@ async def test_leaving_open_stream_early_cancels_on_the_scheduler(
 
 
 async def test_cancellation_by_someone_else_is_an_ordinary_exception(
-    address: str, make_gate: Callable[..., Gate]
+    dask_address: str, make_gate: Callable[..., Gate]
 ) -> None:
     gate = make_gate("cancelled_elsewhere")
-    async with open_dask(address) as dask:
+    async with open_dask(dask_address) as dask:
         client = dask.client
 
         async def cancel_from_outside() -> None:
@@ -272,9 +265,9 @@ async def test_cancellation_by_someone_else_is_an_ordinary_exception(
     )
 
 
-async def test_an_item_that_cannot_be_pickled_fails_alone(address: str) -> None:
+async def test_an_item_that_cannot_be_pickled_fails_alone(dask_address: str) -> None:
     items: list[object] = [1, threading.Lock(), 3]
-    async with open_dask(address) as dask:
+    async with open_dask(dask_address) as dask:
         with pytest.raises(TypeError) as caught:
             await run_stream(items, dask.remote(repr), window=3)
     assert "sluicegate: raised by the run of item 1" in caught.value.__notes__
@@ -293,7 +286,7 @@ class Kept(logging.Handler):
 
 
 async def test_an_item_that_cannot_be_pickled_is_logged_once_not_once_per_sending(
-    address: str,
+    dask_address: str,
 ) -> None:
     # Dask logs the refused batch at ERROR with a traceback; sent again on
     # its own, the culprit fails with the same TypeError, not a second log.
@@ -301,7 +294,7 @@ async def test_an_item_that_cannot_be_pickled_is_logged_once_not_once_per_sendin
     kept = Kept()
     dask_pickle.addHandler(kept)
     try:
-        async with open_dask(address) as dask:
+        async with open_dask(dask_address) as dask:
             with pytest.raises(TypeError):
                 await run_stream([1, threading.Lock(), 3], dask.remote(repr), window=3)
     finally:
@@ -322,10 +315,10 @@ def raise_locked(n: int) -> int:
 
 
 async def test_a_remote_exception_that_does_not_pickle_comes_back_as_a_plain_exception(
-    address: str,
+    dask_address: str,
 ) -> None:
     # What docs/scaling.md says: Dask sends back Exception(repr(original)).
-    async with open_dask(address) as dask:
+    async with open_dask(dask_address) as dask:
         with pytest.raises(Exception) as caught:
             await dask.remote(raise_locked)(3)
     assert type(caught.value) is Exception
@@ -335,7 +328,7 @@ async def test_a_remote_exception_that_does_not_pickle_comes_back_as_a_plain_exc
 # -- drain -------------------------------------------------------------------------
 
 
-async def test_a_drain_lets_the_runs_in_flight_finish(address: str) -> None:
+async def test_a_drain_lets_the_runs_in_flight_finish(dask_address: str) -> None:
     drain = Drain()
     pulled = 0
 
@@ -347,7 +340,7 @@ async def test_a_drain_lets_the_runs_in_flight_finish(address: str) -> None:
             pulled += 1
             yield item
 
-    async with open_dask(address) as dask:
+    async with open_dask(dask_address) as dask:
         results = await run_stream(feed(), dask.remote(double), window=8, drain=drain)
         assert results == [item * 2 for item in range(len(results))]
         assert 12 <= len(results) <= pulled
@@ -358,10 +351,10 @@ async def test_a_drain_lets_the_runs_in_flight_finish(address: str) -> None:
 
 
 async def test_calls_made_in_one_tick_go_out_as_one_map_and_one_cancel(
-    address: str, make_gate: Callable[..., Gate], monkeypatch: pytest.MonkeyPatch
+    dask_address: str, make_gate: Callable[..., Gate], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gate = make_gate("batching")
-    async with open_dask(address) as dask:
+    async with open_dask(dask_address) as dask:
         client = dask.client
         maps: list[int] = []
         cancels: list[int] = []
@@ -392,10 +385,12 @@ async def test_calls_made_in_one_tick_go_out_as_one_map_and_one_cancel(
 # -- threads -------------------------------------------------------------------------
 
 
-async def test_no_thread_per_item_in_flight(address: str, make_gate: Callable[..., Gate]) -> None:
+async def test_no_thread_per_item_in_flight(
+    dask_address: str, make_gate: Callable[..., Gate]
+) -> None:
     warm = make_gate("warm_up")
     gate = make_gate("threads")
-    async with open_dask(address) as dask:
+    async with open_dask(dask_address) as dask:
         # Make every thread the cluster and trio's thread cache will use.
         async with trio.open_nursery() as nursery:
             nursery.start_soon(functools.partial(run_stream, range(8), dask.remote(warm), window=8))
@@ -418,7 +413,7 @@ async def test_no_thread_per_item_in_flight(address: str, make_gate: Callable[..
 
 
 async def test_bad_arguments_are_refused_before_anything_starts(
-    address: str, monkeypatch: pytest.MonkeyPatch
+    dask_address: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sluicegate.dask import _open
 
@@ -426,9 +421,9 @@ async def test_bad_arguments_are_refused_before_anything_starts(
         raise AssertionError("open_dask connected before checking its arguments")
 
     monkeypatch.setattr(_open, "_connect", no_connecting)
-    with new_client(address) as client:
+    with new_client(dask_address) as client:
         with pytest.raises(ValueError, match="not both"):
-            async with open_dask(address, client=client):
+            async with open_dask(dask_address, client=client):
                 pass
         with pytest.raises(TypeError, match="n_workers"):
             async with open_dask(client=client, n_workers=2):
@@ -437,7 +432,7 @@ async def test_bad_arguments_are_refused_before_anything_starts(
         async with open_dask(client=client):
             pass
     with pytest.raises(TypeError, match="n_workers"):
-        async with open_dask(address, n_workers=2):
+        async with open_dask(dask_address, n_workers=2):
             pass
     with pytest.raises(TypeError, match="address"):
         async with open_dask(8786):  # type: ignore[arg-type]
@@ -447,9 +442,9 @@ async def test_bad_arguments_are_refused_before_anything_starts(
             pass
 
 
-async def test_remote_refuses_what_cannot_run_before_submitting(address: str) -> None:
+async def test_remote_refuses_what_cannot_run_before_submitting(dask_address: str) -> None:
     lock = threading.Lock()
-    async with open_dask(address) as dask:
+    async with open_dask(dask_address) as dask:
         with pytest.raises(TypeError, match="callable"):
             dask.remote(42)  # type: ignore[call-overload]
         with pytest.raises(TypeError, match="cannot be pickled"):
@@ -457,8 +452,8 @@ async def test_remote_refuses_what_cannot_run_before_submitting(address: str) ->
         assert not dask.client.futures  # nothing was submitted
 
 
-async def test_a_callers_client_is_left_open(address: str) -> None:
-    with new_client(address) as client:
+async def test_a_callers_client_is_left_open(dask_address: str) -> None:
+    with new_client(dask_address) as client:
         async with open_dask(client=client) as dask:
             assert dask.client is client
             assert repr(client) in repr(dask)
@@ -468,18 +463,18 @@ async def test_a_callers_client_is_left_open(address: str) -> None:
         assert client.submit(operator.neg, 3).result() == -3
 
 
-async def test_an_address_gets_its_own_client_closed_on_exit(address: str) -> None:
-    async with open_dask(address) as dask:
+async def test_an_address_gets_its_own_client_closed_on_exit(dask_address: str) -> None:
+    async with open_dask(dask_address) as dask:
         client = dask.client
         assert client.scheduler is not None
-        assert client.scheduler.address == address
+        assert client.scheduler.address == dask_address
     assert client.status == "closed"
-    with new_client(address) as other:  # the cluster itself is still up
+    with new_client(dask_address) as other:  # the cluster itself is still up
         assert other.submit(operator.neg, 3).result() == -3
 
 
-async def test_runs_outliving_the_block_are_refused(address: str) -> None:
-    async with open_dask(address) as dask:
+async def test_runs_outliving_the_block_are_refused(dask_address: str) -> None:
+    async with open_dask(dask_address) as dask:
         run = dask.remote(double)
     with pytest.raises(RuntimeError, match="open_dask"):
         await run(1)

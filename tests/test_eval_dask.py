@@ -19,14 +19,14 @@ import pickle
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 import trio
-from distributed import Client, LocalCluster
+from distributed import Client
 
 import dask
 from sluicegate import Drain, Task, Taskset
@@ -42,16 +42,7 @@ ENVS = Path(__file__).parent / "eval_envs"
 ARITHMETIC = f"{ROOT / 'examples' / 'arithmetic.py'}:env"
 
 # distributed leaves its constructors untyped.
-new_cluster: Callable[..., LocalCluster] = LocalCluster
 new_client: Callable[..., Client] = Client
-
-
-@pytest.fixture(scope="module")
-def address() -> Iterator[str]:
-    with new_cluster(
-        n_workers=2, threads_per_worker=4, processes=False, dashboard_address=":0"
-    ) as cluster:
-        yield cluster.scheduler_address
 
 
 @pytest.fixture
@@ -102,12 +93,12 @@ def by_slot(found: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]
 
 
 async def test_rows_are_those_of_a_local_run(
-    address: str, envs: ModuleType, tmp_path: Path
+    dask_address: str, envs: ModuleType, tmp_path: Path
 ) -> None:
     settings: dict[str, Any] = {"rollouts": 2, "concurrency": 4}
     here = await evaluate("on_cluster:env", output_dir=tmp_path / "here", **settings)
     there = await evaluate(
-        "on_cluster:env", output_dir=tmp_path / "there", dask=address, **settings
+        "on_cluster:env", output_dir=tmp_path / "there", dask=dask_address, **settings
     )
     assert sorted(map(same, rows(tmp_path / "there"))) == sorted(map(same, rows(tmp_path / "here")))
     # current_rollout() was set on the worker: each result names its own rollout.
@@ -126,12 +117,14 @@ async def test_rows_are_those_of_a_local_run(
     assert mine["counts"] == theirs["counts"]
 
 
-async def test_a_file_target_gives_the_rows_of_a_local_run(address: str, tmp_path: Path) -> None:
+async def test_a_file_target_gives_the_rows_of_a_local_run(
+    dask_address: str, tmp_path: Path
+) -> None:
     # examples/arithmetic.py answers at random, so compare what does not, and
     # check each score against its own result.
     here = await evaluate(ARITHMETIC, output_dir=tmp_path / "here", rollouts=2, concurrency=8)
     there = await evaluate(
-        ARITHMETIC, output_dir=tmp_path / "there", rollouts=2, concurrency=8, dask=address
+        ARITHMETIC, output_dir=tmp_path / "there", rollouts=2, concurrency=8, dask=dask_address
     )
     assert there.ok == here.ok == 40
 
@@ -146,7 +139,7 @@ async def test_a_file_target_gives_the_rows_of_a_local_run(address: str, tmp_pat
         sum(row["score"] for row in rows(tmp_path / "there")) / 40
     )
     # Sent to the workers, for a cluster that may not share this file system.
-    with new_client(address) as client:
+    with new_client(dask_address) as client:
         uploaded = client.run(
             lambda dask_worker: (Path(dask_worker.local_directory) / "arithmetic.py").is_file()
         )
@@ -177,11 +170,11 @@ def test_a_worker_without_the_file_loads_the_uploaded_copy(tmp_path: Path) -> No
 
 
 async def test_errors_keep_their_traceback_and_what_cannot_cross_is_an_error_row(
-    address: str, envs: ModuleType, tmp_path: Path
+    dask_address: str, envs: ModuleType, tmp_path: Path
 ) -> None:
     await evaluate("on_cluster:mixed", output_dir=tmp_path / "here", fail_on_error=10)
     there = await evaluate(
-        "on_cluster:mixed", output_dir=tmp_path / "there", fail_on_error=10, dask=address
+        "on_cluster:mixed", output_dir=tmp_path / "there", fail_on_error=10, dask=dask_address
     )
     assert there.stop_reason == "completed"
     mine, theirs = by_slot(rows(tmp_path / "here")), by_slot(rows(tmp_path / "there"))
@@ -206,7 +199,7 @@ async def test_errors_keep_their_traceback_and_what_cannot_cross_is_an_error_row
 
     # A task that cannot be pickled never leaves: an error row says why.
     locked = await evaluate(
-        "on_cluster:locked", output_dir=tmp_path / "locked", fail_on_error=10, dask=address
+        "on_cluster:locked", output_dir=tmp_path / "locked", fail_on_error=10, dask=dask_address
     )
     assert (locked.ok, locked.errors) == (1, 1)
     unsent = by_slot(rows(tmp_path / "locked"))["2", 0]["error"]
@@ -215,12 +208,12 @@ async def test_errors_keep_their_traceback_and_what_cannot_cross_is_an_error_row
 
 
 async def test_retries_are_those_of_a_local_run(
-    address: str, envs: ModuleType, tmp_path: Path
+    dask_address: str, envs: ModuleType, tmp_path: Path
 ) -> None:
     here = await evaluate("on_cluster:flaky", output_dir=tmp_path / "here", retries=1, rollouts=2)
     envs._attempts.clear()
     there = await evaluate(
-        "on_cluster:flaky", output_dir=tmp_path / "there", retries=1, rollouts=2, dask=address
+        "on_cluster:flaky", output_dir=tmp_path / "there", retries=1, rollouts=2, dask=dask_address
     )
     assert here.ok == there.ok == 4
     theirs = by_slot(rows(tmp_path / "there"))
@@ -230,13 +223,13 @@ async def test_retries_are_those_of_a_local_run(
 
 
 async def test_a_timeout_stops_the_rollout_on_its_worker(
-    address: str, envs: ModuleType, tmp_path: Path
+    dask_address: str, envs: ModuleType, tmp_path: Path
 ) -> None:
     settings: dict[str, Any] = {"timeout": 0.5, "fail_on_error": 2}
     here = await evaluate("on_cluster:slow", output_dir=tmp_path / "here", **settings)
     assert envs.STOPPED == ["1"]
     there = await evaluate(
-        "on_cluster:slow", output_dir=tmp_path / "there", dask=address, **settings
+        "on_cluster:slow", output_dir=tmp_path / "there", dask=dask_address, **settings
     )
     # Bounded where it ran: the worker's rollout ended, not only our wait for it.
     assert envs.STOPPED == ["1", "1"]
@@ -286,7 +279,7 @@ async def test_time_queued_on_the_cluster_is_not_the_attempts(
 
 
 async def test_a_drain_lets_rollouts_finish_and_a_resume_completes(
-    address: str, envs: ModuleType, tmp_path: Path
+    dask_address: str, envs: ModuleType, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
     drain = Drain()
@@ -295,7 +288,7 @@ async def test_a_drain_lets_rollouts_finish_and_a_resume_completes(
     async def run() -> None:
         reports.append(
             await evaluate(
-                "on_cluster:gated", output_dir=out, concurrency=1, drain=drain, dask=address
+                "on_cluster:gated", output_dir=out, concurrency=1, drain=drain, dask=dask_address
             )
         )
 
@@ -308,17 +301,17 @@ async def test_a_drain_lets_rollouts_finish_and_a_resume_completes(
     assert report.stop_reason == "interrupted"
     assert [(row["task_id"], row["status"]) for row in rows(out)] == [("1", "ok")]
 
-    resumed = await evaluate(output_dir=out, resume=True, dask=address)
+    resumed = await evaluate(output_dir=out, resume=True, dask=dask_address)
     assert resumed.stop_reason == "completed"
     assert sorted(row["task_id"] for row in rows(out)) == ["1", "2", "3", "4", "5", "6"]
     assert record(out)["counts"]["resumed"] == 1
 
 
-async def test_refused_before_anything_runs(address: str, tmp_path: Path) -> None:
+async def test_refused_before_anything_runs(dask_address: str, tmp_path: Path) -> None:
     out = tmp_path / "out"
     adaptive = f"{ROOT / 'examples' / 'adaptive.py'}:env"
     with pytest.raises(ValueError, match="--dask cannot run a SampleSource"):
-        await evaluate(adaptive, num_tasks=2, output_dir=out, dask=address)
+        await evaluate(adaptive, num_tasks=2, output_dir=out, dask=dask_address)
 
     class Inline:
         taskset = Taskset.from_iterable([1])
@@ -327,7 +320,7 @@ async def test_refused_before_anything_runs(address: str, tmp_path: Path) -> Non
             return task
 
     with pytest.raises(ValueError, match="needs the environment as a TARGET string"):
-        await evaluate(Inline(), output_dir=out, dask=address)
+        await evaluate(Inline(), output_dir=out, dask=dask_address)
     for wrong in ("", 3):
         with pytest.raises(ValueError, match="--dask takes 'local' or a scheduler address"):
             await evaluate(ARITHMETIC, output_dir=out, dask=wrong)  # type: ignore[arg-type]
