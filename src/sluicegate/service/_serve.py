@@ -395,34 +395,15 @@ class _Service(Generic[T]):
             and self.tally.histogram is None
             and not self.debug
         ):
-            return self.lean if self.key is None else self.lean_keyed
+            return self.lean
         return self.served
-
-    async def lean_keyed(self, item: T) -> Any:
-        """:meth:`lean` that asks the item's key first, as :meth:`served` does.
-
-        So that a bad key fails the service whichever wrapper the logging
-        level picked. Written out rather than calling :meth:`lean`: a second
-        coroutine per item would cost more than the key itself, and a
-        service without ``key`` does not pay for the check.
-        """
-        name = self.key(item)  # type: ignore[misc]
-        if type(name) is not str:
-            _check_key(name)
-        tally = self.tally
-        tally.pulled += 1
-        try:
-            value = await self.run(item)
-        except Exception as error:
-            return self.lean_failed(item, error)
-        except BaseException:
-            tally.cut += 1
-            raise
-        tally.ok += 1
-        return value
 
     async def lean(self, item: T) -> Any:
         """:meth:`served` with no journal, retry, timeout, callback or latencies to keep."""
+        if self.key is not None:
+            # Asked as served() asks it, so that a bad key fails the service
+            # whichever wrapper the logging level picked.
+            _key_of(self.key, item)
         tally = self.tally
         tally.pulled += 1
         try:
@@ -454,9 +435,7 @@ class _Service(Generic[T]):
         tally.pulled += 1
         name: str | None = None
         if self.key is not None:
-            name = self.key(item)
-            if type(name) is not str:
-                _check_key(name)
+            name = _key_of(self.key, item)
         session = self.session
         if session is not None:
             assert name is not None

@@ -228,7 +228,7 @@ class _Registry:
             done = self._retired
             for name in ("ok", "failed", "skipped", "retried", "seconds", "pulled"):
                 setattr(done, name, getattr(done, name) + getattr(tally, name))
-            done.cut += tally.pulled - tally.ok - tally.failed - tally.skipped
+            done.cut += tally.cut + tally.in_flight
             if tally.histogram is not None and done.histogram is not None:
                 for index, count in enumerate(tally.histogram):
                     done.histogram[index] += count
