@@ -50,8 +50,9 @@ import sluicegate
 # both benchmarks judge against the same loop (bench/ is not a package; run
 # as a script, this file's folder is on sys.path).
 from run import WINDOW, Case, agen, baseline, check, measure, noop, print_table
-from sluicegate.service import Journal, Retry
-from sluicegate.service._retry import attempt
+from sluicegate import Retry
+from sluicegate._retry import attempt
+from sluicegate.service import Journal
 
 
 def filled_channel(n: int) -> trio.MemoryReceiveChannel[int]:

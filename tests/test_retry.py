@@ -8,9 +8,8 @@ import pytest
 import trio
 import trio.testing
 
-from sluicegate import Drain
-from sluicegate.service import Retry
-from sluicegate.service._retry import CutShort, attempt
+from sluicegate import Drain, Retry
+from sluicegate._retry import CutShort, attempt
 
 
 @pytest.mark.parametrize(

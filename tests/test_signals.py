@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 import trio
 
-from sluicegate import Drain
-from sluicegate.service import drain_on_signals
+from sluicegate import Drain, drain_on_signals
 
 
 async def test_first_signal_drains_second_cancels_third_is_absorbed() -> None:

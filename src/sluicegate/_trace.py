@@ -17,6 +17,7 @@ trace, and :func:`recording` is the few lines a command needs to keep both
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import logging
@@ -26,14 +27,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal, final
+from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import attrs
-import cattrs
 import trio
-from cattrs.gen import make_dict_unstructure_fn, override
 
 from ._util import write_atomically
+
+if TYPE_CHECKING:
+    import cattrs
 
 __all__ = [
     "TRACE",
@@ -322,7 +324,7 @@ class Timeline:
                     os.write(fd, b"\n")
         assert self._started_at is not None
         header = _Header(sluicegate_trace=LOG_FORMAT, started_at=self._started_at, pid=os.getpid())
-        self._write(json.dumps(_converter.unstructure(header)) + "\n")
+        self._write(json.dumps(_converter().unstructure(header)) + "\n")
 
     def _write(self, line: str) -> None:
         # One write() per line and no buffer of our own: what a run has
@@ -552,26 +554,34 @@ class _ChromeTrace:
     displayTimeUnit: str = "ms"
 
 
-# Without detailed validation, structuring runs about twice as fast; a
-# trace that is not ours still fails, with a plainer message.
-_converter = cattrs.Converter(detailed_validation=False)
-_converter.register_unstructure_hook(datetime, lambda value: value.isoformat())
-_converter.register_structure_hook(datetime, lambda value, _: datetime.fromisoformat(value))
-# Optional fields are left out rather than written as null: viewers treat
-# "dur": null or "s": null as malformed.
-_omit = override(omit_if_default=True)
-_converter.register_unstructure_hook(
-    _Event,
-    make_dict_unstructure_fn(
+@functools.cache
+def _converter() -> cattrs.Converter:
+    """The trace format's converter, built on first use: ``import sluicegate`` loads no cattrs."""
+    import cattrs
+    from cattrs.gen import make_dict_unstructure_fn, override
+
+    # Without detailed validation, structuring runs about twice as fast; a
+    # trace that is not ours still fails, with a plainer message.
+    converter = cattrs.Converter(detailed_validation=False)
+    converter.register_unstructure_hook(datetime, lambda value: value.isoformat())
+    converter.register_structure_hook(datetime, lambda value, _: datetime.fromisoformat(value))
+    # Optional fields are left out rather than written as null: viewers treat
+    # "dur": null or "s": null as malformed.
+    omit = override(omit_if_default=True)
+    converter.register_unstructure_hook(
         _Event,
-        _converter,
-        dur=_omit,
-        cat=_omit,
-        s=_omit,
-        cname=_omit,
-        args=_omit,
-    ),
-)
+        make_dict_unstructure_fn(
+            _Event, converter, dur=omit, cat=omit, s=omit, cname=omit, args=omit
+        ),
+    )
+    return converter
+
+
+def _validation_error() -> type[Exception]:
+    import cattrs
+
+    return cattrs.BaseValidationError
+
 
 _FORMAT_NAME: Final = "sluicegate-trace/1"
 
@@ -666,7 +676,7 @@ def write_chrome_trace(path: str | os.PathLike[str], timelines: Sequence[Timelin
     trace = _chrome_events(timelines)
     # dumps() then one write: json.dump() to a file encodes in small pieces,
     # several times slower.
-    text = json.dumps(_converter.unstructure(trace), separators=(",", ":"))
+    text = json.dumps(_converter().unstructure(trace), separators=(",", ":"))
     write_atomically(path, text + "\n")
 
 
@@ -688,7 +698,7 @@ def _read_log(path: Path) -> list[Timeline]:
         try:
             entry = json.loads(raw)
             if isinstance(entry, dict):
-                header = _converter.structure(entry, _Header)
+                header = _converter().structure(entry, _Header)
                 timeline = Timeline()
                 timeline._started_at = header.started_at
                 timelines.append(timeline)
@@ -696,7 +706,7 @@ def _read_log(path: Path) -> list[Timeline]:
             if timeline is None:
                 raise ValueError("an event before the first header")
             _replay(timeline, entry)
-        except (ValueError, KeyError, IndexError, TypeError, cattrs.BaseValidationError) as exc:
+        except (ValueError, KeyError, IndexError, TypeError, _validation_error()) as exc:
             if _ends_session(lines, number):
                 # The last line of a session, torn by a kill in the middle of
                 # its write.
@@ -750,8 +760,8 @@ def _replay(timeline: Timeline, entry: list[Any]) -> None:
 def _read_chrome(path: Path) -> list[Timeline]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        trace = _converter.structure(data, _ChromeTrace)
-    except (ValueError, KeyError, TypeError, cattrs.BaseValidationError) as exc:
+        trace = _converter().structure(data, _ChromeTrace)
+    except (ValueError, KeyError, TypeError, _validation_error()) as exc:
         raise ValueError(f"{path} is not a sluicegate Chrome trace: {exc!r}") from None
     if trace.otherData.format != _FORMAT_NAME:
         raise ValueError(f"{path} is not a sluicegate Chrome trace ({trace.otherData.format!r})")

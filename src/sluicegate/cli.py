@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from . import __version__
+from ._version import __version__
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -151,8 +151,8 @@ def _campaign_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from .._runner import Drain
+    from .._signals import drain_on_signals
     from .._terminal import messages
-    from ..service import drain_on_signals
     from ._launch import TERMINATE_GRACE_S
     from ._outdir import CampaignError
     from ._scheduler import run_campaign

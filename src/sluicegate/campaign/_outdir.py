@@ -208,7 +208,7 @@ def prior_keys(plan: Plan, plan_dir: Path) -> set[str]:
 @functools.cache
 def current_controller() -> Controller:
     """The sluicegate running now: its version and the hash of its package's files."""
-    from .. import __version__
+    from .._version import __version__
 
     package = Path(__file__).resolve().parents[1]
     return Controller(version=__version__, source_hash=tree_hash(package))

@@ -19,7 +19,7 @@ from fractions import Fraction
 
 import attrs
 
-from ..service import Retry
+from .._retry import Retry
 
 __all__ = [
     "EVERY_SCORE",

@@ -43,8 +43,8 @@ from distributed.protocol.pickle import dumps as _untyped_dumps
 from distributed.protocol.pickle import loads as _untyped_loads
 from tblib import pickling_support  # type: ignore[import-untyped]  # distributed's own dependency
 
+from .._retry import attempt
 from ..dask import DaskBridge, RemoteRun, open_dask
-from ..service._retry import attempt
 from ._config import UsageError
 from ._rollout import AttemptFn, Scored, attempt_here, rollout_of
 from ._target import Parts, file_of, resolve_target

@@ -14,7 +14,7 @@ from typing import final
 
 import attrs
 
-from .. import __version__
+from .._version import __version__
 from ._config import EVERY_SCORE, ErrorBudget, EvalConfig
 from ._records import RunRecord, Session, StopReason
 from ._tally import Tally

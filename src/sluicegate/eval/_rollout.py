@@ -4,7 +4,7 @@ Two pieces, so that where an attempt runs can change without touching the
 rest. An :data:`AttemptFn` runs one attempt of one slot and returns its
 :class:`Scored` result; :func:`attempt_here` is the default, in this
 process. :class:`Rollouts` is the runner's ``run``: it applies the retry
-policy and timeout (:func:`sluicegate.service._retry.attempt`, the same
+policy and timeout (:func:`sluicegate._retry.attempt`, the same
 loop ``serve()`` uses) to the attempt function and makes the
 :class:`~sluicegate.eval._records.Row`. A bridge that runs attempts on a
 cluster hands :class:`Rollouts` its own ``attempt``.
@@ -27,9 +27,8 @@ import attrs
 import outcome
 import trio
 
+from .._retry import CutShort, Retry, attempt
 from .._runner import Drain
-from ..service import Retry
-from ..service._retry import CutShort, attempt
 from ._records import ErrorInfo, Row, Score
 from ._tally import Tally
 from ._target import Parts
@@ -136,7 +135,7 @@ class DuplicateTaskId(ValueError):
 
 
 class _Fatal(BaseException):
-    """Carries an exception past :func:`~sluicegate.service._retry.attempt`, which
+    """Carries an exception past :func:`~sluicegate._retry.attempt`, which
     would otherwise make an error row of it."""
 
     def __init__(self, error: Exception) -> None:

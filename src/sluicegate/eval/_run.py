@@ -27,10 +27,9 @@ import attrs
 import trio
 
 from .._runner import Drain, Recorder, open_stream
+from .._signals import DEFAULT_SIGNALS, drain_on_signals
 from .._trace import Timeline, recording
 from .._util import in_background
-from ..service import drain_on_signals
-from ..service._signals import DEFAULT_SIGNALS
 from ._config import ErrorBudget, EvalConfig, UsageError, configure, differences
 from ._display import Display, Summary, make_display, resume_command
 from ._log import (

@@ -20,9 +20,9 @@ from html import escape
 from pathlib import Path
 from typing import Final
 
-from .. import __version__
 from .._trace import Timeline
 from .._util import write_atomically
+from .._version import __version__
 from ._layout import COLOURS, MARKS
 from ._run import Rollout, RunView, read_run
 from ._svg import histograms_svg, timeline_svg

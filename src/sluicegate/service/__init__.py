@@ -1,15 +1,15 @@
-"""Long-lived services on the runner: ``serve()``, its journal, retries, rate limits, signals.
+"""Long-lived services on the runner: ``serve()`` and its journal.
+
+``Retry``, ``RateLimit`` and ``drain_on_signals`` live in the root package (eval and
+campaigns use them too) and are re-exported here as well.
 
 See the "Running a service" page of the docs.
 """
 
-from .. import _util
+from .. import RateLimit, Retry, _util, drain_on_signals
 from ._journal import Journal, JournalEntry, JournalError, RecordedError
 from ._prometheus import prometheus_collector
-from ._rate import RateLimit
-from ._retry import Retry
 from ._serve import ServedItem, ServeReport, serve
-from ._signals import drain_on_signals
 from ._stats import ServeStats
 
 __all__ = [

@@ -26,12 +26,12 @@ import outcome
 import trio
 
 from .._dynamic import SampleSource
+from .._retry import CutShort, Retry, attempt
 from .._runner import BindsRun, Drain, Pacer, Recorder, _check_arguments, run_each
+from .._signals import DEFAULT_SIGNALS, check_signals, drain_on_signals
 from .._util import sole_exception, surely_sync
 from ._convert import ValueFormat, encode_value
 from ._journal import Journal, JournalEntry, JournalSession, error_row
-from ._retry import CutShort, Retry, attempt
-from ._signals import DEFAULT_SIGNALS, check_signals, drain_on_signals
 from ._stats import ServeStats, Snapshots, Tally, registry
 
 __all__ = ["ServeReport", "ServedItem", "serve"]

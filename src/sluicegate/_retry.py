@@ -19,7 +19,7 @@ import attrs
 import outcome
 import trio
 
-from .._runner import Drain
+from ._runner import Drain
 
 __all__ = ["Attempts", "CutShort", "Retry", "attempt"]
 

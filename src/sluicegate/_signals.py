@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 import trio
 from trio.lowlevel import RunVar
 
-from .._runner import Drain
+from ._runner import Drain
 
 __all__ = ["DEFAULT_SIGNALS", "check_signals", "drain_on_signals"]
 
