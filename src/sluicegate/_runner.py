@@ -60,6 +60,7 @@ __all__ = [
     "Pacer",
     "Recorder",
     "open_stream",
+    "report_failure",
     "run_each",
     "run_stream",
 ]
@@ -202,6 +203,11 @@ class Recorder(Protocol):
     ``marked`` gets ``"drain"`` when a drain is requested, ``"failure"`` when
     the first failure is recorded and ``"close"`` once the source is closed.
     Methods must be quick and must not raise.
+
+    A recorder may also have ``errored(index, error)``: the layers that catch
+    failures inside their runs (``serve()``, ``evaluate()``, campaigns) call
+    it, through :func:`report_failure`, for every item they count as failed,
+    with the exception or its type name.
     """
 
     def pulled(self, index: int, item: object, /) -> None: ...
@@ -214,6 +220,17 @@ class Recorder(Protocol):
 
 
 Source = AsyncIterable[T] | Iterable[T] | BindsRun
+
+
+def report_failure(trace: object, index: int, error: BaseException | str) -> None:
+    """Tell ``trace`` that item ``index`` failed, if it has the optional ``errored`` hook.
+
+    The one place every layer reports a failed item to a :class:`Recorder`, so
+    that a user's own recorder hears the same failures a ``Timeline`` does.
+    """
+    errored = getattr(trace, "errored", None)
+    if errored is not None:
+        errored(index, error)
 
 
 def _check_arguments(

@@ -28,7 +28,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from .._runner import Drain, run_stream
+from .._runner import Drain, report_failure, run_stream
 from .._trace import Timeline, recording
 from ._admission import Admission
 from ._job import JobRequest, JobResult, OutcomeStatus
@@ -255,9 +255,9 @@ class _Campaign:
             with trio.CancelScope(shield=True):
                 await self._close(key, child, launch_error, ended=ended, exit_code=exit_code)
         row = self.panel[key]
-        if self.timeline is not None and row.status != "verified":
+        if row.status != "verified":
             # The run returned, but the job did not deliver: show it as such.
-            self.timeline.errored(dispatch.index, row.status)
+            report_failure(self.timeline, dispatch.index, row.status)
         return row
 
     async def _close(

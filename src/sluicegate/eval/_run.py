@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import trio
 
-from .._runner import Drain, Recorder, open_stream
+from .._runner import Drain, Recorder, open_stream, report_failure
 from .._signals import DEFAULT_SIGNALS, drain_on_signals
-from .._trace import Timeline, recording
+from .._trace import recording
 from .._util import in_background
 from ._config import ErrorBudget, EvalConfig, UsageError, configure, differences
 from ._display import Display, Summary, make_display, resume_command
@@ -278,8 +278,8 @@ async def _run_slots(
                 log.write(row)
                 tally.add(row)
                 if row.status == "error":
-                    if isinstance(trace, Timeline) and row.error is not None:
-                        trace.errored(done.index, row.error.type)
+                    if row.error is not None:
+                        report_failure(trace, done.index, row.error.type)
                     _name_error(row, tally)
                     if budget.crossed(tally.errors, None if tally.growing else tally.planned):
                         raise _ErrorBudgetCrossed
