@@ -23,6 +23,7 @@ if _typing.TYPE_CHECKING:
     from ._retry import Retry
     from ._signals import drain_on_signals
     from ._trace import Timeline
+    from ._window import Window
     from .service import RecordedError, ServedItem, ServeReport, serve
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Task",
     "Taskset",
     "Timeline",
+    "Window",
     "drain_on_signals",
     "enqueue",
     "open_stream",
@@ -52,6 +54,7 @@ _LAZY = {
     "Retry": "._retry",
     "drain_on_signals": "._signals",
     "Timeline": "._trace",
+    "Window": "._window",
     "RecordedError": ".service",
     "ServeReport": ".service",
     "ServedItem": ".service",
