@@ -51,6 +51,7 @@ from ._util import (
     close_source,
     logger,
     sole_exception,
+    surely_sync,
 )
 
 __all__ = [
@@ -249,6 +250,14 @@ def _check_arguments(
         raise ValueError(f"window must be >= 1 or None, got {window}")
     if not callable(run):
         raise TypeError(f"run must be an async callable, not {run!r}")
+    if surely_sync(run):
+        # Refused now: met at the first item, it would have run item 0 for
+        # its side effect and then failed on awaiting a plain value.
+        what = getattr(run, "__qualname__", None) or repr(run)
+        raise TypeError(
+            f"run must be an async function (async def, or a functools.partial of one); "
+            f"{what} is a plain function"
+        )
     if not isinstance(source, (AsyncIterable, Iterable, BindsRun)):
         raise TypeError(
             f"source must be an iterable or async iterable, not {type(source).__name__}"
@@ -492,6 +501,9 @@ class _HandOver(Generic[T, R]):
         self.consumers = _Waiters()
         # The consumer freed places since it last parked (see __anext__).
         self._took = False
+        # The async with block has been left: a result read now would be one
+        # that finished as the stream was being torn down.
+        self.exited = False
 
     def keep(self, index: int, item: T, value: R) -> None:
         raise NotImplementedError
@@ -507,6 +519,10 @@ class _HandOver(Generic[T, R]):
         state = self.state
         turn = self.turn
         assert turn is not None
+        if self.exited:
+            raise RuntimeError(
+                "the results of open_stream(...) can be read only inside its async with block"
+            )
         while True:
             # No schedule point between taking a result and returning it: the
             # worker whose place that frees must not pull before the consumer
@@ -930,6 +946,13 @@ class _Dispatching(Generic[H]):
         self._dispatch: _Dispatch[Any, Any] | None = None
 
     async def __aenter__(self) -> H:
+        if self._dispatch is not None:
+            # A second block over the same stream would share its iterator
+            # and its nursery with the first: trio cannot unpick that.
+            raise RuntimeError(
+                "open_stream(...) can be entered only once; call open_stream() again "
+                "for another stream"
+            )
         # The source is first touched here (bound, or asked for its iterator).
         self._dispatch = dispatch = self._setup(self._handover)
         self._nursery = await self._nursery_manager.__aenter__()
@@ -950,6 +973,8 @@ class _Dispatching(Generic[H]):
     ) -> bool:
         dispatch = self._dispatch
         assert dispatch is not None and self._nursery is not None
+        if isinstance(self._handover, _HandOver):
+            self._handover.exited = True
         if self._stop_on_exit:
             # The consumer left: leaving, however it happens, ends the runs.
             if dispatch.state.live:
