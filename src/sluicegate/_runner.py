@@ -38,6 +38,7 @@ from collections.abc import (
     Iterator,
 )
 from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Generic, Literal, Protocol, TypeVar, final, runtime_checkable
 
@@ -51,9 +52,11 @@ from ._util import (
     close_source,
     logger,
     sole_exception,
+    surely_sync,
 )
 
 __all__ = [
+    "CURRENT_WINDOW",
     "BindsRun",
     "Done",
     "Drain",
@@ -63,6 +66,7 @@ __all__ = [
     "report_failure",
     "run_each",
     "run_stream",
+    "WindowLike",
 ]
 
 T = TypeVar("T")
@@ -190,6 +194,48 @@ class Pacer(Protocol):
 
 
 @runtime_checkable
+class WindowLike(Protocol):
+    """A window object passed as ``window=`` (a :class:`~sluicegate.Window`).
+
+    Its places bound the runs alive; its size may change while streams run,
+    and several streams may share it. The dispatcher takes a place before
+    each pull (:meth:`acquire_nowait`, else :meth:`acquire`) and gives it
+    back with exactly one :meth:`release`: when the run ends (``run_stream``),
+    when the consumer has taken the result (``open_stream``), or at once for
+    a pull that yields nothing to run. It calls :meth:`observe` once for
+    every run that returned or raised (not for one cut by cancellation),
+    with its duration on trio's clock. It reads :attr:`size` and
+    :attr:`in_flight` to decide how many workers to keep, and subscribes to
+    growth so that a larger size starts runs at once, not only as places
+    free. ``acquire()`` must take nothing when it does not return.
+    """
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    def acquire_nowait(self) -> bool: ...
+
+    async def acquire(self) -> None: ...
+
+    def release(self) -> None: ...
+
+    def observe(self, elapsed: float, error: BaseException | None) -> None: ...
+
+    def _subscribe(self, grew: Callable[[], None]) -> None: ...
+
+    def _unsubscribe(self, grew: Callable[[], None]) -> None: ...
+
+
+# The window object the current task's items run under, None for an int
+# window: what sluicegate._window.current_window() reads. It lives here, below
+# the policies, because the dispatcher sets it in each of its workers.
+CURRENT_WINDOW: ContextVar[WindowLike | None] = ContextVar("sluicegate_window", default=None)
+
+
+@runtime_checkable
 class Recorder(Protocol):
     """Sees what a stream does, passed as ``trace=`` (a ``Timeline``).
 
@@ -242,13 +288,25 @@ def _check_arguments(
     drain: object = None,
 ) -> None:
     # invariant 1: a bad window is refused before the source is touched.
-    # bool is an int subclass, but window=True is always a mistake.
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
-        raise TypeError(f"window must be an int >= 1 or None, not {window!r}")
+    # bool is an int subclass, but window=True is always a mistake; a class
+    # has a Window's methods too, unbound: Window for Window(8) is a slip.
+    window_object = not isinstance(window, type) and isinstance(window, WindowLike)
+    if window is not None and (
+        isinstance(window, bool) or not (isinstance(window, int) or window_object)
+    ):
+        raise TypeError(f"window must be an int >= 1, None or a sluicegate.Window, not {window!r}")
     if isinstance(window, int) and window < 1:
         raise ValueError(f"window must be >= 1 or None, got {window}")
     if not callable(run):
         raise TypeError(f"run must be an async callable, not {run!r}")
+    if surely_sync(run):
+        # Refused now: met at the first item, it would have run item 0 for
+        # its side effect and then failed on awaiting a plain value.
+        what = getattr(run, "__qualname__", None) or repr(run)
+        raise TypeError(
+            f"run must be an async function (async def, or a functools.partial of one); "
+            f"{what} is a plain function"
+        )
     if not isinstance(source, (AsyncIterable, Iterable, BindsRun)):
         raise TypeError(
             f"source must be an iterable or async iterable, not {type(source).__name__}"
@@ -298,6 +356,9 @@ class _State:
     live: int = 0
     # Workers started so far; the pool grows up to the window. (invariant 1)
     workers: int = 0
+    # Places this stream holds in a window object, each given back once; the
+    # ones still held at close-out are given back then. (invariants 1, 2)
+    held: int = 0
     # Whether the source has been closed: it is closed exactly once. (invariant 5)
     closed: bool = False
     # What closing the source raised, raised (or noted) at close-out, after
@@ -484,6 +545,8 @@ class _HandOver(Generic[T, R]):
         self.limit = state.window
         # Whose for_place waiters a hand-over wakes; set by the dispatcher.
         self.turn: _Turn | None = None
+        # A window object: a result holds its place until taken. (invariant 2)
+        self.places: WindowLike | None = None
         # Finished runs not handed over yet, by rank: at most window of them.
         # (invariants 2, 3)
         self.ready: dict[int, Done[T, R]] = {}
@@ -492,6 +555,9 @@ class _HandOver(Generic[T, R]):
         self.consumers = _Waiters()
         # The consumer freed places since it last parked (see __anext__).
         self._took = False
+        # The async with block has been left: a result read now would be one
+        # that finished as the stream was being torn down.
+        self.exited = False
 
     def keep(self, index: int, item: T, value: R) -> None:
         raise NotImplementedError
@@ -507,6 +573,10 @@ class _HandOver(Generic[T, R]):
         state = self.state
         turn = self.turn
         assert turn is not None
+        if self.exited:
+            raise RuntimeError(
+                "the results of open_stream(...) can be read only inside its async with block"
+            )
         while True:
             # No schedule point between taking a result and returning it: the
             # worker whose place that frees must not pull before the consumer
@@ -520,6 +590,9 @@ class _HandOver(Generic[T, R]):
                 self._took = True
                 if turn.for_place.tasks:
                     turn.for_place.wake_one()  # a place is free: one more may pull
+                elif self.places is not None:
+                    state.held -= 1
+                    self.places.release()  # the same, through the window object
                 return done
             if state.live == 0:
                 raise StopAsyncIteration
@@ -574,6 +647,7 @@ class _Dispatch(Generic[T, R]):
         run: Run[T, R],
         handover: _Collect[T, R] | _Each[T, R] | _HandOver[T, R],
         *,
+        places: WindowLike | None,
         drain: Drain | None,
         rate: Pacer | None,
         trace: Recorder | None,
@@ -582,8 +656,16 @@ class _Dispatch(Generic[T, R]):
         self.state = state = handover.state
         self.handover = handover
         self.turn = _Turn(state, handover.limit)
+        # A window object, or None for an int window or none. (invariant 1)
+        self.places = places
+        # Whether a run's place waits for the consumer to take its result.
+        self._held_until_taken = isinstance(handover, _HandOver)
         if isinstance(handover, _HandOver):
             handover.turn = self.turn
+            handover.places = places
+        # The cancel scopes of the workers waiting for a place of the window
+        # object: the end of admission ends their wait. (invariants 4, 6)
+        self._seeking: dict[trio.CancelScope, None] = {}
         # The caller's options, each None when not given (and then free).
         self._drain = drain
         self._rate = rate
@@ -620,6 +702,8 @@ class _Dispatch(Generic[T, R]):
         if state.admitting:
             state.admitting = False  # invariants 4, 6
             state.stopped_by = why
+            for scope in self._seeking:
+                scope.cancel()
 
     def _on_drain(self) -> None:
         """The drain was requested: :class:`Drain` calls this at once, in the requesting task.
@@ -687,8 +771,28 @@ class _Dispatch(Generic[T, R]):
         """
         state = self.state
         turn = self.turn
-        while not turn.take():
-            await turn.wait()  # invariant 2
+        places = self.places
+        # A place of the window object taken and not spent on an item yet.
+        place = False
+        if places is not None:
+            # The place comes before the pull, the end-of-stream pull too. (invariant 2)
+            if not state.admitting:
+                return None
+            if not places.acquire_nowait():
+                self._seeking[scope] = None
+                try:
+                    await places.acquire()
+                finally:
+                    del self._seeking[scope]
+            state.held += 1
+            place = True
+        try:
+            while not turn.take():
+                await turn.wait()  # invariant 2
+        except BaseException:
+            if place:
+                self._give_back()
+            raise
         # A token taken from the pacer and not spent on an item that runs yet.
         token = False
         try:
@@ -723,7 +827,7 @@ class _Dispatch(Generic[T, R]):
                 # The item arrived in the same instant as a run failed:
                 # nothing starts after a failure. (invariant 4)
                 return None
-            token = False
+            token = place = False
             state.pulled = index + 1
             if self._trace is not None:
                 self._trace.pulled(index, item)
@@ -740,9 +844,43 @@ class _Dispatch(Generic[T, R]):
         finally:
             if token:
                 self._rate.refund()  # type: ignore[union-attr]
+            if place:
+                self._give_back()
             turn.leave()
 
     # -- running ------------------------------------------------------------------
+
+    def _give_back(self) -> None:
+        """Give one place back to the window object. (invariants 1, 2)"""
+        self.state.held -= 1
+        self.places.release()  # type: ignore[union-attr]
+
+    def _ran(self, began: float, error: BaseException | None) -> None:
+        """A run under a window object returned or raised: free its place, tell the window."""
+        if error is not None or not self._held_until_taken:
+            self._give_back()  # else the consumer frees it (invariant 2)
+        if not isinstance(error, trio.Cancelled):
+            self.places.observe(trio.current_time() - began, error)  # type: ignore[union-attr]
+
+    def _on_grow(self) -> None:
+        """The window object grew: start a worker if nobody of this stream waits to pull.
+
+        Workers waiting for a place get the new places from the window itself;
+        this covers a stream whose workers are all running. (invariant 1)
+        """
+        state = self.state
+        places = self.places
+        assert places is not None
+        if (
+            state.admitting
+            and state.live
+            and not self._seeking
+            and not self.turn.busy
+            and self.turn.idle
+            and state.workers < places.size
+        ):
+            state.workers += 1
+            self._spawn(self._work)
 
     def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         assert self._nursery is not None
@@ -776,8 +914,12 @@ class _Dispatch(Generic[T, R]):
         run = self._run
         keep = self.handover.keep
         window = state.window
+        places = self.places
         trace = self._trace
         passes = 0
+        began = 0.0
+        # What current_window() answers in the runs of this worker.
+        CURRENT_WINDOW.set(places)
         try:
             with trio.CancelScope() as scope:
                 status = cancel_status()
@@ -792,10 +934,21 @@ class _Dispatch(Generic[T, R]):
                     pulled = await self._pull(scope)
                     if pulled is None:
                         return
-                    if window is None:
+                    if places is not None:
+                        # Grow while places are free; the window object bounds
+                        # the runs, the size the workers. (invariant 1)
+                        if (
+                            state.workers < places.size
+                            and places.in_flight < places.size
+                            and turn.idle
+                        ):
+                            state.workers += 1
+                            self._spawn(self._work)
+                        began = trio.current_time()
+                    elif window is None:
                         self._spawn(self._run_one, *pulled)
                         continue
-                    if state.workers < window and turn.idle:
+                    elif state.workers < window and turn.idle:
                         state.workers += 1  # invariant 1
                         self._spawn(self._work)
                     index, item = pulled
@@ -804,12 +957,22 @@ class _Dispatch(Generic[T, R]):
                     try:
                         value = await run(item)
                     except BaseException as exc:
+                        if places is not None:
+                            self._ran(began, exc)
                         self._ended_badly(index, exc)
                         if isinstance(exc, Exception):
                             return
                         raise
                     if trace is not None:
                         trace.finished(index, None)
+                    if places is not None:
+                        self._ran(began, None)
+                        keep(index, item, value)
+                        if state.workers > places.size:
+                            # The window shrank: this worker is one too many.
+                            state.workers -= 1
+                            return
+                        continue
                     keep(index, item, value)
         finally:
             self._exited()
@@ -822,15 +985,20 @@ class _Dispatch(Generic[T, R]):
             await trio.lowlevel.checkpoint_if_cancelled()  # invariant 7
             if self._trace is not None:
                 self._trace.started(index)
+            began = trio.current_time() if self.places is not None else 0.0
             try:
                 value = await self._run(item)
             except BaseException as exc:
+                if self.places is not None:
+                    self._ran(began, exc)
                 self._ended_badly(index, exc)
                 if isinstance(exc, Exception):
                     return
                 raise
             if self._trace is not None:
                 self._trace.finished(index, None)
+            if self.places is not None:
+                self._ran(began, None)
             self.handover.keep(index, item, value)
         finally:
             self._exited()
@@ -842,6 +1010,8 @@ class _Dispatch(Generic[T, R]):
         if self._drain is not None:
             # A drain requested already closes admission before any pull.
             self._drain._subscribe(self._on_drain)
+        if self.places is not None:
+            self.places._subscribe(self._on_grow)
         # One worker to start with; with a window, each adds another when it
         # finds nobody waiting to pull after it, up to the window. A large
         # window over a short source then costs nothing up front.
@@ -852,6 +1022,12 @@ class _Dispatch(Generic[T, R]):
         """The stream is over: a later drain request must not reach it."""
         if self._drain is not None:
             self._drain._unsubscribe(self._on_drain)
+        if self.places is not None:
+            self.places._unsubscribe(self._on_grow)
+            # Places still held by results nobody took, or by runs cut
+            # short: the window outlives this stream. (invariant 1)
+            while self.state.held:
+                self._give_back()
 
     async def _close(self) -> None:
         """Close the source, once; keep what closing raised for close-out. (invariant 5)"""
@@ -930,6 +1106,13 @@ class _Dispatching(Generic[H]):
         self._dispatch: _Dispatch[Any, Any] | None = None
 
     async def __aenter__(self) -> H:
+        if self._dispatch is not None:
+            # A second block over the same stream would share its iterator
+            # and its nursery with the first: trio cannot unpick that.
+            raise RuntimeError(
+                "open_stream(...) can be entered only once; call open_stream() again "
+                "for another stream"
+            )
         # The source is first touched here (bound, or asked for its iterator).
         self._dispatch = dispatch = self._setup(self._handover)
         self._nursery = await self._nursery_manager.__aenter__()
@@ -950,6 +1133,8 @@ class _Dispatching(Generic[H]):
     ) -> bool:
         dispatch = self._dispatch
         assert dispatch is not None and self._nursery is not None
+        if isinstance(self._handover, _HandOver):
+            self._handover.exited = True
         if self._stop_on_exit:
             # The consumer left: leaving, however it happens, ends the runs.
             if dispatch.state.live:
@@ -973,12 +1158,17 @@ class _Dispatching(Generic[H]):
         raise raised
 
 
+def _fixed(window: object) -> int | None:
+    """The int bound of ``window``, or None for no bound or a window object."""
+    return window if isinstance(window, int) else None  # checked by _check_arguments
+
+
 def _dispatching(
     source: Source[T],
     run: Run[T, R],
     handover: H,
     *,
-    window: int | None,
+    window: int | WindowLike | None,
     drain: Drain | None,
     rate: Pacer | None,
     trace: Recorder | None,
@@ -987,7 +1177,8 @@ def _dispatching(
     _check_arguments(source, run, window, rate, trace, drain)
 
     def setup(handover: H) -> _Dispatch[T, R]:
-        return _Dispatch(source, run, handover, drain=drain, rate=rate, trace=trace)
+        places = None if window is None or isinstance(window, int) else window
+        return _Dispatch(source, run, handover, places=places, drain=drain, rate=rate, trace=trace)
 
     return _Dispatching(handover, setup, stop_on_exit=isinstance(handover, _HandOver))
 
@@ -996,7 +1187,7 @@ async def run_stream(
     source: AsyncIterable[T] | Iterable[T] | BindsRun,
     run: Callable[[T], Awaitable[R]],
     *,
-    window: int | None,
+    window: int | WindowLike | None,
     drain: Drain | None = None,
     rate: Pacer | None = None,
     trace: Recorder | None = None,
@@ -1011,8 +1202,10 @@ async def run_stream(
             memory receive channel) or a sync iterable of items. A
             :class:`~sluicegate.SampleSource` works too.
         run: An async function called once per item.
-        window: The most runs alive at once: an ``int >= 1``, or ``None`` for
-            no bound.
+        window: The most runs alive at once: an ``int >= 1``, ``None`` for
+            no bound, or a :class:`~sluicegate.Window` whose size may change
+            while the stream runs and which other streams may share (see
+            :class:`WindowLike`).
         drain: Optional :class:`Drain`; requesting it stops admission and
             makes the call return what the in-flight runs produce.
         rate: Optional pacer (a :class:`~sluicegate.RateLimit`, or anything
@@ -1026,9 +1219,10 @@ async def run_stream(
         The results in submission (pull) order.
 
     Raises:
-        TypeError: for a ``window`` that is not an int or None, a non-iterable
-            ``source``, a non-callable ``run``, or a ``rate`` or ``trace``
-            without the methods above, before the source is touched.
+        TypeError: for a ``window`` that is not an int, None or a window
+            object, a non-iterable ``source``, a ``run`` that is not an async
+            callable, or a ``rate`` or ``trace`` without the methods above,
+            before the source is touched.
         ValueError: for a ``window`` below 1, before the source is touched.
         TimeoutError: the source's ``aclose()`` did not finish within 10
             seconds (see docs/runner.md, "Close-out").
@@ -1037,7 +1231,7 @@ async def run_stream(
             cancelled and has unwound, and the source is closed, before it
             propagates. Runs that failed meanwhile are listed in further notes.
     """
-    collect: _Collect[T, R] = _Collect(_State(window))
+    collect: _Collect[T, R] = _Collect(_State(_fixed(window)))
     async with _dispatching(
         source, run, collect, window=window, drain=drain, rate=rate, trace=trace
     ):
@@ -1049,7 +1243,7 @@ async def run_each(
     source: AsyncIterable[T] | Iterable[T] | BindsRun,
     run: Callable[[T], Awaitable[R]],
     *,
-    window: int | None,
+    window: int | WindowLike | None,
     each: Callable[[int, T, R], None] | None = None,
     drain: Drain | None = None,
     rate: Pacer | None = None,
@@ -1066,7 +1260,7 @@ async def run_each(
     Raises:
         Exception: as :func:`run_stream`.
     """
-    each_: _Each[T, R] = _Each(_State(window), each)
+    each_: _Each[T, R] = _Each(_State(_fixed(window)), each)
     async with _dispatching(source, run, each_, window=window, drain=drain, rate=rate, trace=trace):
         pass
 
@@ -1075,7 +1269,7 @@ def open_stream(
     source: AsyncIterable[T] | Iterable[T] | BindsRun,
     run: Callable[[T], Awaitable[R]],
     *,
-    window: int | None,
+    window: int | WindowLike | None,
     ordered: bool = True,
     drain: Drain | None = None,
     rate: Pacer | None = None,
@@ -1114,6 +1308,6 @@ def open_stream(
     """
     if not isinstance(ordered, bool):
         raise TypeError(f"ordered must be a bool, not {ordered!r}")
-    state = _State(window)
+    state = _State(_fixed(window))
     handover: _HandOver[T, R] = _Ordered(state) if ordered else _Unordered(state)
     return _dispatching(source, run, handover, window=window, drain=drain, rate=rate, trace=trace)
