@@ -11,7 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from sluicegate import AdaptiveWindow, Window
+from sluicegate import AdaptiveWindow, Retry, Window, run_stream
+from sluicegate._retry import attempt
 
 
 class Refused(Exception):
@@ -305,3 +306,26 @@ async def test_the_history_is_bounded(autojump_clock: trio.testing.MockClock) ->
         window.size = 1
     assert len(window.changes) == 1000
     assert window.changes[-1].size == 1
+
+
+async def test_a_retried_overload_shrinks_the_window_its_stream_runs_under(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    window = AdaptiveWindow(initial=8)
+    calls = 0
+
+    async def call() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise Refused(429, {"Retry-After": "2"})
+        return "ok"
+
+    async def run(n: int) -> str:
+        tried = await attempt(call, retry=Retry(attempts=3, base_delay=0.1))
+        return tried.result.unwrap()
+
+    assert await run_stream(range(1), run, window=window) == ["ok"]
+    assert sizes(window) == [(8, "retry-after"), (6, "overload")]
+    # The retry waited for the Retry-After, not the 0.1 s backoff.
+    assert trio.current_time() == pytest.approx(2.0)
