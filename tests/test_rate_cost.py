@@ -27,10 +27,10 @@ async def start_times(limit: RateLimit, items: list[str]) -> list[float]:
 
 def test_the_default_burst_is_one_at_low_rates_and_a_few_milliseconds_at_high_ones() -> None:
     assert RateLimit(4).burst == 1
-    assert RateLimit(50).burst == 1
-    assert RateLimit(1_000).burst == 20
-    assert RateLimit(10_000).burst == 200
-    assert RateLimit(600_000, per=60).burst == 200
+    assert RateLimit(20).burst == 1
+    assert RateLimit(100).burst == 5
+    assert RateLimit(10_000).burst == 500
+    assert RateLimit(600_000, per=60).burst == 500
 
 
 def test_a_cost_limit_bursts_one_period_of_quota_by_default() -> None:

@@ -27,10 +27,10 @@ __all__ = ["RateLimit"]
 # The default burst covers this much time at the full rate. A start that is
 # due but late (trio's sleeps wake a little after their deadline, and a busy
 # worker comes back to the limit later still) loses its slot when the burst
-# is one; a burst of a few milliseconds' worth lets the starts catch up, so
+# is one; a burst of 50 ms worth lets the starts catch up, so
 # the limit reaches its rate (bench/rate.py measures it) while the bound
 # rate * T + burst still holds.
-_SLACK: Final = 0.02
+_SLACK: Final = 0.05
 
 
 class _Missing:
@@ -74,7 +74,7 @@ class RateLimit:
         per: The period ``rate`` is counted over, in seconds.
         burst: How many units may start back to back after a quiet period,
             an int >= 1. The default is one when there is no ``cost`` and the
-            rate is low, and otherwise 20 ms worth of the rate, so that starts
+            rate is low, and otherwise 50 ms worth of the rate, so that starts
             that come a little late still reach the rate; with ``cost=`` it
             is ``rate`` (one period's quota, as providers count it).
         cost: Optional ``callable(item) -> number``: the units an item takes.
