@@ -223,7 +223,8 @@ class AdaptiveWindow(Window):
         # The size that overloaded the upstream last; inf while none did (or it is stale).
         self._ceiling = math.inf
         self._probe_wait = self._probe
-        self._probe_at = -math.inf
+        # When the hold below the ceiling ends; None until the hold begins.
+        self._probe_at: float | None = None
         self._last_decrease = -math.inf
         self._overloads = 0
         # Latency signal: smoothed run time (TCP's SRTT, gain 1/8) and the
@@ -299,15 +300,27 @@ class AdaptiveWindow(Window):
         # An idle window learns nothing about the upstream: grow only when full.
         if self.in_flight < self.size - 1:
             return
-        if self._cwnd + 1 >= self._ceiling:
+        cwnd = self._cwnd
+        ceiling = self._ceiling
+        if ceiling == math.inf:
+            cwnd += 1.0 if self._slow_start else 1.0 / cwnd
+        elif cwnd < ceiling - 1.0:
+            # Back towards the size that overloaded: half the distance per
+            # round trip (at least one place), as BIC-TCP climbs back.
+            cwnd = min(ceiling - 1.0, cwnd + max(1.0, (ceiling - 1.0 - cwnd) / 2) / cwnd)
+        elif cwnd < ceiling + 1.0:
+            # Holding just below it, or probing it once the hold is over.
+            if self._probe_at is None:
+                self._probe_at = now + self._probe_wait
             if now < self._probe_at:
-                return  # hold just below the size that overloaded, until the probe is due
-            if self._cwnd >= self._ceiling + 1:
-                # A probe went through at and above the old ceiling: the capacity grew.
-                self._ceiling = math.inf
-                self._probe_wait = self._probe
-        self._cwnd += 1.0 if self._slow_start else 1.0 / self._cwnd
-        self._cwnd = min(self._cwnd, float(self._max))
+                return
+            cwnd += 1.0 / cwnd
+        else:
+            # A probe went past the old ceiling without an overload: the capacity grew.
+            self._ceiling = math.inf
+            self._probe_wait = self._probe
+            cwnd += 1.0 / cwnd
+        self._cwnd = min(cwnd, float(self._max))
         size = max(self._min, int(self._cwnd))
         if size != self.size:
             self._resize(size, "grow")
@@ -335,14 +348,16 @@ class AdaptiveWindow(Window):
         self._last_decrease = now
         self._slow_start = False
         at = self.size
+        self._probe_at = None
         if at >= self._ceiling:
-            # The probe failed where the last one did: wait twice as long before the next.
+            # A probe failed where the last overload was: the capacity has not
+            # moved. Step back below it, and hold twice as long before the next.
             self._probe_wait = min(self._probe_wait * 2, self._max_probe)
+            self._cwnd = max(float(self._min), at - 1.0)
         else:
             self._probe_wait = self._probe
+            self._cwnd = max(float(self._min), at * self._decrease)
         self._ceiling = float(at)
-        self._probe_at = now + self._probe_wait
-        self._cwnd = max(float(self._min), at * self._decrease)
         size = max(self._min, int(self._cwnd))
         if size != at:
             self._resize(size, "overload", f"{type(error).__name__} at size {at}")
