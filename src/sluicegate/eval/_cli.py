@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from .._terminal import messages
-from ._config import EVERY_SCORE, UsageError
+from ._config import EVERY_SCORE, UsageError, parse_concurrency
 from ._display import DISPLAYS
 from ._log import read_run_record
 from ._run import evaluate
@@ -29,6 +29,16 @@ exit status: 0 passed, 1 not passed (errors past --fail-on-error, a mean
 below --min-score, nothing to evaluate, or the environment failed), 2 usage
 error, 130 interrupted.
 """
+
+
+def _concurrency(text: str) -> int | str:
+    try:
+        bound, adaptive = parse_concurrency(text if text.strip().startswith("auto") else int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer >= 1, 'auto' or 'auto:MAX', got {text!r}"
+        ) from None
+    return text.strip() if adaptive else bound
 
 
 def _count(minimum: int) -> Any:
@@ -83,9 +93,10 @@ def register(commands: Any) -> None:
     add(
         "-c",
         "--concurrency",
-        type=_count(1),
+        type=_concurrency,
         metavar="C",
-        help="rollouts in flight at most (default 32)",
+        help="rollouts in flight at most (default 32); 'auto' or 'auto:MAX' finds it "
+        "from the upstream's overload errors (an adaptive window)",
     )
     add("--shuffle", type=int, metavar="SEED", help="shuffle a static set with this seed")
     add("--system-prompt", metavar="FILE", help="apply this file's text to every task")

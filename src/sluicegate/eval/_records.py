@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import attrs
 
+from .._adaptive import WindowChange
 from ._config import EvalConfig
 
 __all__ = ["Counts", "ErrorInfo", "Row", "RunRecord", "Score", "Session", "StopReason"]
@@ -148,6 +149,8 @@ class RunRecord:
             and every ``--min-score`` was met. None while it runs.
         reasons: Why it did not pass, one sentence each.
         sessions: Every invocation, oldest first.
+        window: With ``-c auto``, the sizes the adaptive window went through
+            in the latest session (its latest 1,000 changes), oldest first.
     """
 
     config: EvalConfig
@@ -162,3 +165,4 @@ class RunRecord:
     reasons: tuple[str, ...] = ()
     sessions: tuple[Session, ...] = ()
     sluicegate_version: str = ""
+    window: tuple[WindowChange, ...] = ()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import trio
 
+from .._adaptive import AdaptiveWindow
 from .._runner import Drain, Recorder, open_stream, report_failure
 from .._signals import DEFAULT_SIGNALS, drain_on_signals
 from .._trace import recording
@@ -253,6 +254,7 @@ async def _run_slots(
     log: RunLog,
     tally: Tally,
     trace: Recorder | None,
+    window: AdaptiveWindow | None,
 ) -> tuple[StopReason, str | None]:
     budget = ErrorBudget.parse(config.fail_on_error)
     # The runner's signature names iterables only; a SampleSource gets in
@@ -265,7 +267,7 @@ async def _run_slots(
             open_stream(
                 slots,
                 rollouts,
-                window=config.concurrency,
+                window=config.concurrency if window is None else window,
                 ordered=False,
                 drain=rollouts.drain,
                 trace=trace,
@@ -386,6 +388,11 @@ async def _session(
         )
         stop: StopReason = "interrupted"
         error: str | None = None
+        window = (
+            AdaptiveWindow(initial=min(8, config.concurrency), max=config.concurrency)
+            if config.adaptive
+            else None
+        )
         try:
             if source is not None:
                 rollout = Rollouts(setup.parts, tally, drain, config.retry(), timeout, attempt)
@@ -395,7 +402,9 @@ async def _session(
                     else contextlib.nullcontext(trace)
                 )
                 with cancel, traced as recorder:
-                    stop, error = await _run_slots(source, rollout, config, log, tally, recorder)
+                    stop, error = await _run_slots(
+                        source, rollout, config, log, tally, recorder, window
+                    )
                 if stop == "completed" and tally.planned == 0:
                     # A stream or a SampleSource that gave no task (or none
                     # --id selected): a run that evaluated nothing must not pass.
@@ -404,7 +413,10 @@ async def _session(
             # Written however the session ends, a KeyboardInterrupt or an
             # outside cancellation included: run.json never stays unfinished.
             stop, error = _stopped(stop, error, drain, cancel)
-            record = log.close(end(log.record, stop, error, tally))
+            record = end(log.record, stop, error, tally)
+            if window is not None:
+                record = attrs.evolve(record, window=window.changes)
+            record = log.close(record)
     return record, tally
 
 
@@ -413,7 +425,7 @@ async def evaluate(
     *,
     num_tasks: int | None = None,
     rollouts: int = 1,
-    concurrency: int = 32,
+    concurrency: int | str = 32,
     shuffle: int | None = None,
     system_prompt: str | None = None,
     ids: Iterable[str | int] = (),
@@ -445,7 +457,10 @@ async def evaluate(
         num_tasks: Run at most this many tasks (needed for streaming and
             infinite tasksets).
         rollouts: Rollouts per task.
-        concurrency: Rollouts in flight at most.
+        concurrency: Rollouts in flight at most; ``"auto"`` (or
+            ``"auto:MAX"``) lets an :class:`~sluicegate.AdaptiveWindow`
+            find it, up to 256 (or MAX), and records its sizes in
+            ``run.json``.
         shuffle: Shuffle a static set with this seed.
         system_prompt: Text set as every task's system prompt.
         ids: Run only the tasks with these ids.
