@@ -679,7 +679,7 @@ class _Service(Generic[T]):
         graced.cancel()
 
     async def tick(self, start: float) -> None:
-        snapshots = Snapshots(self.tally, start)
+        snapshots = Snapshots(self.tally, start, self.window)
         while True:
             await trio.sleep(self.stats_interval)
             stats = snapshots.take(trio.current_time())

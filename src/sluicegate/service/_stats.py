@@ -17,6 +17,8 @@ from typing import final
 
 import attrs
 
+from .._runner import WindowLike
+
 __all__ = [
     "BOUNDS",
     "ServeStats",
@@ -142,6 +144,9 @@ class ServeStats:
             journaled: they run again on restart). Every pulled item is
             counted in exactly one of ``in_flight``, ``ok``, ``failed``,
             ``skipped`` and ``cut_short``.
+        window: The size in force of the :class:`~sluicegate.Window` passed
+            as ``window=`` (an :class:`~sluicegate.AdaptiveWindow` sets its
+            own); None for an int window.
     """
 
     elapsed_s: float
@@ -157,13 +162,16 @@ class ServeStats:
     latency_p95_s: float | None
     latency_p99_s: float | None
     cut_short: int = 0
+    window: int | None = None
 
 
 class Snapshots:
     """Turns a :class:`Tally` into a :class:`ServeStats` per interval."""
 
-    def __init__(self, tally: Tally, start: float) -> None:
+    def __init__(self, tally: Tally, start: float, window: object = None) -> None:
         self._tally = tally
+        # A window object, or None for an int window.
+        self._window = window if isinstance(window, WindowLike) else None
         self._start = start
         self._last_time = start
         self._last_done = 0
@@ -189,6 +197,7 @@ class Snapshots:
             latency_p50_s=percentile(recent, 0.50),
             latency_p95_s=percentile(recent, 0.95),
             latency_p99_s=percentile(recent, 0.99),
+            window=None if self._window is None else self._window.size,
         )
         self._last_time = now
         self._last_done = done

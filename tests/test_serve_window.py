@@ -1,0 +1,36 @@
+"""serve() under a window object: its stats carry the size in force."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from sluicegate import AdaptiveWindow, Window, serve
+from sluicegate.service import ServeStats
+
+
+async def sizes_seen(window: Window | int) -> list[int | None]:
+    seen: list[int | None] = []
+
+    async def run(n: int) -> None:
+        await trio.sleep(1)
+
+    def note(stats: ServeStats) -> None:
+        seen.append(stats.window)
+
+    await serve(range(60), run, window=window, on_stats=note, stats_interval=2, signals=())  # type: ignore[arg-type]
+    return seen
+
+
+async def test_stats_carry_the_size_of_an_adaptive_window(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    window = AdaptiveWindow(initial=2, max=8)
+    seen = await sizes_seen(window)
+    assert seen and all(isinstance(size, int) for size in seen)
+    assert seen[0] is not None and seen[-1] is not None and seen[-1] > seen[0]  # it grew
+    assert window.size == 8
+
+
+async def test_stats_of_an_int_window_have_no_size(autojump_clock: trio.testing.MockClock) -> None:
+    assert set(await sizes_seen(4)) == {None}
