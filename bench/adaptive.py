@@ -1,8 +1,12 @@
 """AdaptiveWindow against fixed windows, on a real HTTP upstream with a capacity.
 
 The upstream is tests/upstream.py: hypercorn serving on trio over a local
-socket, taking up to C requests at once (latency 0.25 s idle, 0.5 s full) and
-answering 429 with ``Retry-After: 1`` above that. The client is httpx under
+socket, taking up to C requests at once (latency C/64 s idle, twice that
+full) and answering 429 with ``Retry-After: 1`` above that. The latency
+grows with C so that every case asks the same 32 requests per second at
+full capacity: client and server share this process, and on a shared
+2-core machine a fixed latency would make the CPU, not C, the limit at
+C = 128. The client is httpx under
 trio; each item is one chat request, retried under ``Retry`` (an overload
 waits max(backoff, Retry-After)), through ``run_stream``. Every case runs in
 this one process, one after the other.
@@ -16,7 +20,7 @@ Rows and targets (issue 24):
   5 s, and 429s fall back under 2% (counted from 5 s after the halving);
 * a fixed window of 256 against C = 32, for contrast.
 
-    python bench/adaptive.py            # about 12 minutes: run it alone
+    python bench/adaptive.py            # about 15 minutes: run it alone
     python bench/adaptive.py --quick    # a smoke run of a minute
 """
 
@@ -39,7 +43,11 @@ from sluicegate import AdaptiveWindow, Retry, Window, run_stream
 from sluicegate._retry import attempt
 from upstream import Upstream, serving
 
-LATENCY = 0.25
+
+def latency(capacity: int) -> float:
+    return capacity / 64
+
+
 RETRY = Retry(attempts=1000, base_delay=0.05, max_delay=2.0)
 
 
@@ -81,7 +89,7 @@ async def measure(
     halve_at: float | None = None,
 ) -> Outcome:
     """Keep an upstream of ``capacity`` busy through ``window`` for ``seconds``."""
-    upstream = Upstream(capacity, latency=LATENCY, retry_after=1.0)
+    upstream = Upstream(capacity, latency=latency(capacity), retry_after=1.0)
     stop = trio.Event()
     marks: dict[str, tuple[int, int]] = {}
     sizes: list[tuple[float, int]] = []
@@ -139,7 +147,7 @@ def show(outcome: Outcome, best: float | None = None) -> None:
 
 
 async def main(seconds: float) -> None:
-    print(f"each case {seconds:g} s; upstream latency {LATENCY} s idle, x2 full, Retry-After 1")
+    print(f"each case {seconds:g} s; upstream latency C/64 s idle, x2 full, Retry-After 1")
     for capacity in (8, 32, 128):
         print(f"C = {capacity}")
         fixed = []
@@ -168,6 +176,6 @@ async def main(seconds: float) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="15 s per case")
-    parser.add_argument("--seconds", type=float, default=45.0, help="seconds per case")
+    parser.add_argument("--seconds", type=float, default=60.0, help="seconds per case")
     args = parser.parse_args()
     trio.run(main, 15.0 if args.quick else args.seconds)
