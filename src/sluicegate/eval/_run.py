@@ -279,6 +279,8 @@ async def _run_slots(
                     continue  # cut short by a drain: no row, so a resume runs it again
                 log.write(row)
                 tally.add(row)
+                if window is not None:
+                    tally.concurrency = window.size  # the display shows the size in force
                 if row.status == "error":
                     if row.error is not None:
                         report_failure(trace, done.index, row.error.type)
@@ -363,7 +365,16 @@ async def _session(
 ) -> tuple[RunRecord, Tally]:
     """Plan and run the rollouts, then write the final ``run.json``; returns it and the tally."""
     config = setup.config
-    tally = Tally(concurrency=config.concurrency, started=trio.current_time())
+    window = (
+        AdaptiveWindow(initial=min(8, config.concurrency), max=config.concurrency)
+        if config.adaptive
+        else None
+    )
+    # With -c auto the display's bound follows the adaptive window (see _run_slots).
+    tally = Tally(
+        concurrency=config.concurrency if window is None else window.size,
+        started=trio.current_time(),
+    )
     drain = drain if drain is not None else Drain()
     # The first signal stops waiting for a load() still reading; the second
     # cancels the rollouts in flight.
@@ -388,11 +399,6 @@ async def _session(
         )
         stop: StopReason = "interrupted"
         error: str | None = None
-        window = (
-            AdaptiveWindow(initial=min(8, config.concurrency), max=config.concurrency)
-            if config.adaptive
-            else None
-        )
         try:
             if source is not None:
                 rollout = Rollouts(setup.parts, tally, drain, config.retry(), timeout, attempt)
