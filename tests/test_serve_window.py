@@ -34,3 +34,26 @@ async def test_stats_carry_the_size_of_an_adaptive_window(
 
 async def test_stats_of_an_int_window_have_no_size(autojump_clock: trio.testing.MockClock) -> None:
     assert set(await sizes_seen(4)) == {None}
+
+
+async def test_prometheus_shows_the_window_size_while_a_service_runs() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from sluicegate.service import prometheus_collector
+
+    registry = CollectorRegistry()
+    collector = prometheus_collector(registry=registry, namespace="window")
+    seen: list[float | None] = []
+    window = Window(3)
+
+    async def run(n: int) -> None:
+        if n == 2:
+            window.size = 5
+        seen.append(registry.get_sample_value("window_serve_window_size"))
+
+    try:
+        await serve(range(3), run, window=window, signals=())  # type: ignore[arg-type]
+        await serve(range(1), run, window=2, signals=())
+    finally:
+        registry.unregister(collector)
+    assert seen == [3.0, 3.0, 5.0, None]

@@ -361,7 +361,7 @@ class _Service(Generic[T]):
         self.stats_interval = stats_interval
         self.trace = trace
         self.ticking = on_stats is not None or logger.isEnabledFor(logging.INFO)
-        self.tally = Tally(histogram=self.ticking or registry.watchers > 0)
+        self.tally = Tally(histogram=self.ticking or registry.watchers > 0, window=window)
         self.debug = logger.isEnabledFor(logging.DEBUG)
         # A SampleSource hears each item's result (on_complete).
         self.values_matter = isinstance(source, BindsRun)
@@ -679,7 +679,7 @@ class _Service(Generic[T]):
         graced.cancel()
 
     async def tick(self, start: float) -> None:
-        snapshots = Snapshots(self.tally, start, self.window)
+        snapshots = Snapshots(self.tally, start)
         while True:
             await trio.sleep(self.stats_interval)
             stats = snapshots.take(trio.current_time())

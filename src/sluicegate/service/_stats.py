@@ -60,9 +60,10 @@ class Tally:
         "retried",
         "seconds",
         "skipped",
+        "window",
     )
 
-    def __init__(self, *, histogram: bool) -> None:
+    def __init__(self, *, histogram: bool, window: object = None) -> None:
         self.pulled = 0
         self.pending = 0  # finished, waiting for their journal commit
         self.ok = 0
@@ -72,6 +73,8 @@ class Tally:
         self.cut = 0
         self.seconds = 0.0  # summed durations, for a Prometheus histogram's _sum
         self.histogram: list[int] | None = [0] * (len(BOUNDS) + 1) if histogram else None
+        # The service's window object, whose size a scrape reads; None for an int window.
+        self.window = window if isinstance(window, WindowLike) else None
 
     @property
     def ended(self) -> int:
@@ -168,10 +171,9 @@ class ServeStats:
 class Snapshots:
     """Turns a :class:`Tally` into a :class:`ServeStats` per interval."""
 
-    def __init__(self, tally: Tally, start: float, window: object = None) -> None:
+    def __init__(self, tally: Tally, start: float) -> None:
         self._tally = tally
-        # A window object, or None for an int window.
-        self._window = window if isinstance(window, WindowLike) else None
+        self._window = tally.window
         self._start = start
         self._last_time = start
         self._last_done = 0
@@ -241,6 +243,12 @@ class _Registry:
             if tally.histogram is not None and done.histogram is not None:
                 for index, count in enumerate(tally.histogram):
                     done.histogram[index] += count
+
+    def window_size(self) -> int | None:
+        """The sizes of the running services' window objects, summed; None when none has one."""
+        with self._lock:
+            sizes = [tally.window.size for tally in self._live.values() if tally.window is not None]
+        return sum(sizes) if sizes else None
 
     def totals(self) -> tuple[Tally, int]:
         """Counters summed over every service this process ran, and how many run now."""
