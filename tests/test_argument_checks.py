@@ -1,4 +1,4 @@
-"""Every entry point words a bad argument alike: TypeError for its type, ValueError for its value."""
+"""Every entry point words a bad argument alike: TypeError for a type, ValueError for a value."""
 
 from __future__ import annotations
 
