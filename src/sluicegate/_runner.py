@@ -1,30 +1,33 @@
 """The one dispatcher: pull from a source through a bounded window of runs.
 
 Everything else in sluicegate is built on :func:`run_stream` and
-:func:`open_stream`. Both run a stream inside :func:`_dispatching`, which
+:func:`open_stream`. Both run a stream inside :func:`_open_block`, which
 owns the seven invariants of docs/runner.md: the window, back-pressure,
 order, fail-fast, close-out, drain and caller cancellation. A comment
 ``# invariant N`` marks each place that enforces one.
 
 How it is laid out (docs/runner.md, "How it is built", says why):
 
-* :class:`_State` holds the counters and flags every task of one stream
-  reads, each field with the invariant it serves. The objects below keep
-  only what is theirs (the turn its waiters, a hand-over its results), each
-  field declared once with its invariant.
+* :class:`_State` holds the counters every task of one stream reads, each
+  field with the invariant it serves, and :class:`_Ending`, the one record
+  of how the stream is ending (what closed admission, the first failure,
+  whether it was cut short). The objects below keep only what is theirs
+  (the turn its waiters, a hand-over its results).
 * :class:`_Turn` decides who pulls next: one task at a time, and for
-  ``open_stream`` only while a window place is free. A drain cuts the pull
-  in progress through it.
-* :class:`_Collect`, :class:`_Each`, :class:`_Ordered` and
-  :class:`_Unordered` are the ways a finished run's value is handed over:
-  into ``run_stream``'s list, to ``run_each``'s callback and no further, or
-  to an ``open_stream`` consumer in pull order or in completion order.
-* :class:`_Dispatch` runs the workers: with a window, ``window`` long-lived
-  tasks that each pull an item, run it and loop (no task per item); with
-  ``window=None``, one puller that gives each item a task of its own.
-* :class:`_Dispatching` is the async context manager both fronts share: it
+  ``open_stream`` with an int window only while a place is free. A drain
+  cuts the pull in progress through it.
+* Three ways to hand a finished run's value over: :class:`_AsReturned`
+  gives it to a sink as the run returns (``run_stream``'s
+  :class:`_ResultList`, or ``run_each``'s callback); :class:`_Ordered` and
+  :class:`_Unordered` (both :class:`_ToConsumer`) keep it for the
+  ``open_stream`` consumer, in pull order or in completion order.
+* :class:`_Dispatcher` runs the workers: with a window, long-lived tasks
+  that each take a place, pull an item, run it and loop (no task per item);
+  with ``window=None``, one puller that gives each item a task of its own.
+  With a window object (:class:`WindowLike`) the places are the object's.
+* :class:`_StreamBlock` is the async context manager both fronts run in: it
   opens the nursery, and on the way out closes the source and decides what
-  to raise.
+  to raise. :func:`_open_block` checks the arguments and builds one.
 """
 
 from __future__ import annotations
@@ -73,8 +76,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 Run = Callable[[T], Awaitable[R]]
-# The hand-over strategy a stream uses: _Collect, _Ordered or _Unordered.
-H = TypeVar("H", bound="_Collect[Any, Any] | _Each[Any, Any] | _HandOver[Any, Any]")
+# How a stream hands its results over: _AsReturned, _Ordered or _Unordered.
+H = TypeVar("H", bound="_AsReturned[Any, Any] | _ToConsumer[Any, Any]")
 
 
 @final
@@ -162,12 +165,13 @@ class BindsRun(Protocol):
     the source learn when runs finish.
 
     ``admitting()`` is true while admission is open: false after the source
-    ended, a drain was requested or a run failed. ``drained()`` is true once
-    admission closed because of a drain, and stays false while no drain was
-    requested, when the source ran out before the drain, and once a failure,
-    an outside cancellation or a consumer leaving early has ended the stream:
-    a source asks it when closed, to tell work a drain left unstarted from
-    work a failure threw away. Both may be called from ``bind_run`` itself.
+    ended, a drain was requested, a run failed or the stream was cut short.
+    ``drained()`` is true once admission closed because of a drain, and
+    stays false while no drain was requested, when the source ran out before
+    the drain, and once a failure, an outside cancellation or a consumer
+    leaving early has ended the stream: a source asks it when closed, to
+    tell work a drain left unstarted from work a failure threw away. Both
+    may be called from ``bind_run`` itself.
     """
 
     def bind_run(
@@ -250,10 +254,12 @@ class Recorder(Protocol):
     the first failure is recorded and ``"close"`` once the source is closed.
     Methods must be quick and must not raise.
 
-    A recorder may also have ``errored(index, error)``: the layers that catch
-    failures inside their runs (``serve()``, ``evaluate()``, campaigns) call
-    it, through :func:`report_failure`, for every item they count as failed,
-    with the exception or its type name.
+    A recorder may also have ``errored(index, error)``, called through
+    :func:`report_failure` for every item that failed: by the dispatcher
+    for each run that raised (not for one cut by cancellation), right after
+    its ``finished``, and by the layers that catch failures inside their
+    runs (``serve()``, ``evaluate()``, campaigns) for every item they count
+    as failed, with the exception or its type name.
     """
 
     def pulled(self, index: int, item: object, /) -> None: ...
@@ -327,6 +333,55 @@ def _check_arguments(
 
 
 @attrs.define(eq=False)
+class _Ending:
+    """How a stream is ending: what closed admission, and whether it was cut short.
+
+    ``how`` is None while admission is open (items are pulled); then it says
+    what is ending the stream, a later stage overriding an earlier one:
+    ``"end"`` (the source ran out) or ``"drain"`` (a drain closed admission),
+    then ``"cut"`` (an outside cancellation, or the consumer leaving early,
+    cut the stream short), then ``"failure"`` (a run or the source raised).
+    """
+
+    how: Literal["end", "drain", "cut", "failure"] | None = None
+    # The first failure of a run or the source, raised as itself at the end,
+    # and where it came from ("by the run of item 3"), for notes. (invariant 4)
+    failure: BaseException | None = None
+    where: str = ""
+
+    @property
+    def admitting(self) -> bool:
+        """Items may still be pulled. (invariants 4, 6)"""
+        return self.how is None
+
+    @property
+    def drained(self) -> bool:
+        """A drain closed admission, and nothing cut the stream short since."""
+        return self.how == "drain"
+
+    def close(self, why: Literal["end", "drain"]) -> bool:
+        """Admission closes for ``why`` unless it already has; say whether it did now."""
+        if self.how is None:
+            self.how = why
+            return True
+        return False
+
+    def cut(self) -> None:
+        """An outside cancellation or the consumer leaving cut the stream short."""
+        if self.how != "failure":
+            self.how = "cut"
+
+    def fail(self, exc: BaseException, where: str) -> bool:
+        """Record a failure; say whether it is the first. (invariant 4)"""
+        if self.failure is not None:
+            return False
+        self.how = "failure"
+        self.failure = exc
+        self.where = where
+        return True
+
+
+@attrs.define(eq=False)
 class _State:
     """What the tasks of one stream share. Only the dispatcher's objects touch it."""
 
@@ -338,19 +393,9 @@ class _State:
     # Results the open_stream consumer has taken: a place is free while
     # pulled < handed + window. (invariant 2)
     handed: int = 0
-    # False once the source ended, a run or the source failed, or a drain was
-    # requested: from then on nothing is pulled. (invariants 4, 6)
-    admitting: bool = True
-    # What closed admission first; "drain" makes drained() true.
-    stopped_by: Literal["end", "failure", "drain"] | None = None
-    # The first failure of a run or the source; raised as itself at the end.
-    # (invariant 4)
-    failure: BaseException | None = None
-    # Where that failure came from ("by the run of item 3"), for notes.
-    failed_in: str = ""
-    # A failure, a cancellation from outside or the consumer leaving early
-    # ended the stream, so unstarted work was not left by a drain.
-    cut_short: bool = False
+    # How the stream is ending, in one record: while it says nothing,
+    # admission is open. (invariants 4, 5, 6)
+    ending: _Ending = attrs.Factory(lambda: _Ending())
     # Tasks that can still produce a result: workers, and runs in a task of
     # their own. When it drops to 0 the stream is over. (invariants 2, 6)
     live: int = 0
@@ -479,20 +524,38 @@ class _Turn:
         return not self.queue.tasks and not self.for_place.tasks
 
 
-# -- handing results over: three strategies ---------------------------------------
+# -- handing results over: three ways -----------------------------------------------
 
 
-class _Collect(Generic[T, R]):
-    """run_stream: keep each value at its pull index and return the list at the end."""
+class _AsReturned(Generic[T, R]):
+    """run_stream and run_each: each value goes to a sink as its run returns.
+
+    The run's place frees at once (the worker that ran it pulls again), so
+    the worker pool alone bounds the pulls. ``run_stream``'s sink is a
+    :class:`_ResultList`; ``run_each``'s is the caller's callback, after which
+    the value is dropped and memory stays O(window) however long the stream
+    runs (a service journals each result inside its run).
+    """
 
     limit = None  # the worker pool bounds the pulls by itself (invariant 2)
 
-    def __init__(self, state: _State) -> None:
+    def __init__(self, state: _State, sink: Callable[[int, T, R], None]) -> None:
         self.state = state
-        # Each value at its pull index. (invariant 3)
+        self.keep = sink
+
+    def ended(self) -> None:
+        pass
+
+
+class _ResultList(Generic[R]):
+    """run_stream's sink: each value at its pull index, returned as a list at the end."""
+
+    __slots__ = ("results",)
+
+    def __init__(self) -> None:
         self.results: list[Any] = []
 
-    def keep(self, index: int, item: T, value: R) -> None:
+    def keep(self, index: int, item: object, value: R) -> None:
         results = self.results
         if index == len(results):
             results.append(value)  # invariant 3
@@ -502,33 +565,12 @@ class _Collect(Generic[T, R]):
             results.extend([None] * (index - len(results)))
             results.append(value)
 
-    def ended(self) -> None:
-        pass
 
-
-class _Each(Generic[T, R]):
-    """run_each: each value goes to a callback as its run returns, and is not kept.
-
-    For a consumer that deals with every result inside the run (a service
-    journals it there): its place frees as the run returns, as in
-    ``run_stream``, and memory stays O(window) however long the stream runs.
-    """
-
-    limit = None  # the worker pool bounds the pulls by itself (invariant 2)
-
-    def __init__(self, state: _State, each: Callable[[int, T, R], None] | None) -> None:
-        self.state = state
-        self.keep: Callable[[int, T, R], None] = each if each is not None else _ignore
-
-    def ended(self) -> None:
-        pass
-
-
-def _ignore(index: int, item: object, value: object) -> None:
+def _drop(index: int, item: object, value: object) -> None:
     pass
 
 
-class _HandOver(Generic[T, R]):
+class _ToConsumer(Generic[T, R]):
     """open_stream: results wait for the consumer, each holding its place until taken.
 
     A place is freed only when the consumer has the result in hand, so a
@@ -566,7 +608,7 @@ class _HandOver(Generic[T, R]):
         """Nothing will be kept any more: let every waiting consumer see the end."""
         self.consumers.wake_all()
 
-    def __aiter__(self) -> _HandOver[T, R]:
+    def __aiter__(self) -> _ToConsumer[T, R]:
         return self
 
     async def __anext__(self) -> Done[T, R]:
@@ -606,7 +648,7 @@ class _HandOver(Generic[T, R]):
             await self.consumers.park()
 
 
-class _Ordered(_HandOver[T, R]):
+class _Ordered(_ToConsumer[T, R]):
     """open_stream(ordered=True): a result's rank is its pull index. (invariant 3)"""
 
     def keep(self, index: int, item: T, value: R) -> None:
@@ -615,7 +657,7 @@ class _Ordered(_HandOver[T, R]):
             self.consumers.wake_one()
 
 
-class _Unordered(_HandOver[T, R]):
+class _Unordered(_ToConsumer[T, R]):
     """open_stream(ordered=False): a result's rank is when its run finished. (invariant 3)"""
 
     def __init__(self, state: _State) -> None:
@@ -633,7 +675,7 @@ class _Unordered(_HandOver[T, R]):
 # -- the dispatcher -----------------------------------------------------------------
 
 
-class _Dispatch(Generic[T, R]):
+class _Dispatcher(Generic[T, R]):
     """One run of the dispatcher: its workers, its source and its close-out.
 
     Runs record their own failure instead of raising it into the nursery, so
@@ -645,7 +687,7 @@ class _Dispatch(Generic[T, R]):
         self,
         source: Source[T],
         run: Run[T, R],
-        handover: _Collect[T, R] | _Each[T, R] | _HandOver[T, R],
+        handover: _AsReturned[T, R] | _ToConsumer[T, R],
         *,
         places: WindowLike | None,
         drain: Drain | None,
@@ -659,8 +701,8 @@ class _Dispatch(Generic[T, R]):
         # A window object, or None for an int window or none. (invariant 1)
         self.places = places
         # Whether a run's place waits for the consumer to take its result.
-        self._held_until_taken = isinstance(handover, _HandOver)
-        if isinstance(handover, _HandOver):
+        self._held_until_taken = isinstance(handover, _ToConsumer)
+        if isinstance(handover, _ToConsumer):
             handover.turn = self.turn
             handover.places = places
         # The cancel scopes of the workers waiting for a place of the window
@@ -689,21 +731,21 @@ class _Dispatch(Generic[T, R]):
     # -- what a bound source may ask --------------------------------------------
 
     def _admitting(self) -> bool:
-        return self.state.admitting
+        return self.state.ending.admitting
 
     def _drained(self) -> bool:
-        state = self.state
-        return state.stopped_by == "drain" and state.failure is None and not state.cut_short
+        return self.state.ending.drained
 
     # -- admission ----------------------------------------------------------------
 
-    def _stop_admitting(self, why: Literal["end", "failure", "drain"]) -> None:
-        state = self.state
-        if state.admitting:
-            state.admitting = False  # invariants 4, 6
-            state.stopped_by = why
-            for scope in self._seeking:
-                scope.cancel()
+    def _stop_admitting(self, why: Literal["end", "drain"]) -> None:
+        if self.state.ending.close(why):  # invariants 4, 6
+            self._end_waits_for_places()
+
+    def _end_waits_for_places(self) -> None:
+        """Admission closed: workers waiting for a place of the window object stop."""
+        for scope in self._seeking:
+            scope.cancel()
 
     def _on_drain(self) -> None:
         """The drain was requested: :class:`Drain` calls this at once, in the requesting task.
@@ -745,21 +787,20 @@ class _Dispatch(Generic[T, R]):
 
     def _fail(self, exc: BaseException, where: str) -> None:
         """Record a failure of a run or of the source. (invariant 4)"""
-        state = self.state
-        if state.failure is None:
+        ending = self.state.ending
+        if ending.fail(exc, where):
             exc.add_note(f"sluicegate: raised {where}")
-            state.failure = exc
-            state.failed_in = where
-            self._stop_admitting("failure")
+            self._end_waits_for_places()
             if self._trace is not None:
                 self._trace.marked("failure")
             assert self._nursery is not None
             self._nursery.cancel_scope.cancel()
-        elif exc is not state.failure:
+        elif exc is not ending.failure:
             # Runs that fail before the cancellation reaches them are kept as
             # notes on the first failure: nothing is dropped silently, and the
             # caller still gets one exception of the type it can catch.
-            state.failure.add_note(f"raised {where}, also failed: {exc!r}")
+            assert ending.failure is not None
+            ending.failure.add_note(f"raised {where}, also failed: {exc!r}")
 
     # -- pulling ------------------------------------------------------------------
 
@@ -776,7 +817,7 @@ class _Dispatch(Generic[T, R]):
         place = False
         if places is not None:
             # The place comes before the pull, the end-of-stream pull too. (invariant 2)
-            if not state.admitting:
+            if state.ending.how is not None:
                 return None
             if not places.acquire_nowait():
                 self._seeking[scope] = None
@@ -796,7 +837,7 @@ class _Dispatch(Generic[T, R]):
         # A token taken from the pacer and not spent on an item that runs yet.
         token = False
         try:
-            if not state.admitting:
+            if state.ending.how is not None:
                 return None  # invariants 4, 6
             if self._rate is not None:
                 turn.scope = scope
@@ -805,7 +846,7 @@ class _Dispatch(Generic[T, R]):
                 finally:
                     turn.scope = None
                 token = True
-                if not state.admitting:
+                if state.ending.how is not None:
                     return None
             index = state.pulled
             if self._iter is not None:
@@ -823,7 +864,7 @@ class _Dispatch(Generic[T, R]):
                     return None
                 finally:
                     turn.scope = None
-            if state.failure is not None:
+            if state.ending.failure is not None:
                 # The item arrived in the same instant as a run failed:
                 # nothing starts after a failure. (invariant 4)
                 return None
@@ -872,7 +913,7 @@ class _Dispatch(Generic[T, R]):
         places = self.places
         assert places is not None
         if (
-            state.admitting
+            state.ending.how is None
             and state.live
             and not self._seeking
             and not self.turn.busy
@@ -896,8 +937,12 @@ class _Dispatch(Generic[T, R]):
             self.handover.ended()
 
     def _ended_badly(self, index: int, exc: BaseException) -> None:
-        if self._trace is not None:
-            self._trace.finished(index, exc)
+        """A run raised: the one place that tells the recorder and records a failure."""
+        trace = self._trace
+        if trace is not None:
+            trace.finished(index, exc)
+            if not isinstance(exc, trio.Cancelled):
+                report_failure(trace, index, exc)
         if isinstance(exc, Exception):
             self._fail(exc, f"by the run of item {index}")
 
@@ -980,7 +1025,7 @@ class _Dispatch(Generic[T, R]):
     async def _run_one(self, index: int, item: T) -> None:
         """Run one item in a task of its own (``window=None``, or an item a drain cut)."""
         try:
-            if self.state.failure is not None:
+            if self.state.ending.failure is not None:
                 return  # spawned before a failure, first scheduled after it (invariant 4)
             await trio.lowlevel.checkpoint_if_cancelled()  # invariant 7
             if self._trace is not None:
@@ -1059,17 +1104,18 @@ class _Dispatch(Generic[T, R]):
           on what is raised otherwise, and logged if that is a cancellation,
           which a cancel scope will swallow along with its notes.
         """
+        ending = self.state.ending
         if primary is not None:
-            self.state.cut_short = True
+            ending.cut()
         await self._close()  # invariant 5
         close_error = self.state.close_error
-        failure = self.state.failure
+        failure = ending.failure
         raised = primary
         if failure is not None and (primary is None or isinstance(primary, trio.Cancelled)):
             raised = failure  # invariant 4
         elif failure is not None and failure is not primary:
             assert primary is not None
-            primary.add_note(f"sluicegate: meanwhile {failure!r} was raised {self.state.failed_in}")
+            primary.add_note(f"sluicegate: meanwhile {failure!r} was raised {ending.where}")
         if close_error is None:
             return raised
         if raised is None:
@@ -1083,27 +1129,27 @@ class _Dispatch(Generic[T, R]):
         return raised
 
 
-class _Dispatching(Generic[H]):
+class _StreamBlock(Generic[H]):
     """The async context manager a stream runs in, for both fronts.
 
     Entering starts the workers in a nursery of its own and gives the
-    hand-over strategy: ``run_stream`` reads its list at the end,
+    hand-over: ``run_stream`` reads its sink at the end,
     ``open_stream``'s consumer iterates it. Leaving waits for the workers
     (``open_stream``'s consumer leaving cancels them first), closes the
-    source and raises what :meth:`_Dispatch.close_out` decides, as itself.
+    source and raises what :meth:`_Dispatcher.close_out` decides, as itself.
     A class, not an ``@asynccontextmanager`` generator, because a generator
     may not raise a run's ``StopAsyncIteration`` (invariant 4).
     """
 
     def __init__(
-        self, handover: H, setup: Callable[[H], _Dispatch[Any, Any]], *, stop_on_exit: bool
+        self, handover: H, setup: Callable[[H], _Dispatcher[Any, Any]], *, stop_on_exit: bool
     ) -> None:
         self._handover = handover
         self._setup = setup
         self._stop_on_exit = stop_on_exit
         self._nursery_manager = trio.open_nursery()
         self._nursery: trio.Nursery | None = None
-        self._dispatch: _Dispatch[Any, Any] | None = None
+        self._dispatch: _Dispatcher[Any, Any] | None = None
 
     async def __aenter__(self) -> H:
         if self._dispatch is not None:
@@ -1133,12 +1179,12 @@ class _Dispatching(Generic[H]):
     ) -> bool:
         dispatch = self._dispatch
         assert dispatch is not None and self._nursery is not None
-        if isinstance(self._handover, _HandOver):
+        if isinstance(self._handover, _ToConsumer):
             self._handover.exited = True
         if self._stop_on_exit:
             # The consumer left: leaving, however it happens, ends the runs.
             if dispatch.state.live:
-                dispatch.state.cut_short = True
+                dispatch.state.ending.cut()
             self._nursery.cancel_scope.cancel()
         primary: BaseException | None = None
         try:
@@ -1163,7 +1209,7 @@ def _fixed(window: object) -> int | None:
     return window if isinstance(window, int) else None  # checked by _check_arguments
 
 
-def _dispatching(
+def _open_block(
     source: Source[T],
     run: Run[T, R],
     handover: H,
@@ -1172,15 +1218,17 @@ def _dispatching(
     drain: Drain | None,
     rate: Pacer | None,
     trace: Recorder | None,
-) -> _Dispatching[H]:
+) -> _StreamBlock[H]:
     """Check the arguments now, before the source is touched; start the stream on entry."""
     _check_arguments(source, run, window, rate, trace, drain)
 
-    def setup(handover: H) -> _Dispatch[T, R]:
+    def setup(handover: H) -> _Dispatcher[T, R]:
         places = None if window is None or isinstance(window, int) else window
-        return _Dispatch(source, run, handover, places=places, drain=drain, rate=rate, trace=trace)
+        return _Dispatcher(
+            source, run, handover, places=places, drain=drain, rate=rate, trace=trace
+        )
 
-    return _Dispatching(handover, setup, stop_on_exit=isinstance(handover, _HandOver))
+    return _StreamBlock(handover, setup, stop_on_exit=isinstance(handover, _ToConsumer))
 
 
 async def run_stream(
@@ -1231,12 +1279,13 @@ async def run_stream(
             cancelled and has unwound, and the source is closed, before it
             propagates. Runs that failed meanwhile are listed in further notes.
     """
-    collect: _Collect[T, R] = _Collect(_State(_fixed(window)))
-    async with _dispatching(
+    results: _ResultList[R] = _ResultList()
+    collect: _AsReturned[T, R] = _AsReturned(_State(_fixed(window)), results.keep)
+    async with _open_block(
         source, run, collect, window=window, drain=drain, rate=rate, trace=trace
     ):
         pass
-    return collect.results
+    return results.results
 
 
 async def run_each(
@@ -1260,8 +1309,8 @@ async def run_each(
     Raises:
         Exception: as :func:`run_stream`.
     """
-    each_: _Each[T, R] = _Each(_State(_fixed(window)), each)
-    async with _dispatching(source, run, each_, window=window, drain=drain, rate=rate, trace=trace):
+    each_: _AsReturned[T, R] = _AsReturned(_State(_fixed(window)), each or _drop)
+    async with _open_block(source, run, each_, window=window, drain=drain, rate=rate, trace=trace):
         pass
 
 
@@ -1309,5 +1358,5 @@ def open_stream(
     if not isinstance(ordered, bool):
         raise TypeError(f"ordered must be a bool, not {ordered!r}")
     state = _State(_fixed(window))
-    handover: _HandOver[T, R] = _Ordered(state) if ordered else _Unordered(state)
-    return _dispatching(source, run, handover, window=window, drain=drain, rate=rate, trace=trace)
+    handover: _ToConsumer[T, R] = _Ordered(state) if ordered else _Unordered(state)
+    return _open_block(source, run, handover, window=window, drain=drain, rate=rate, trace=trace)
