@@ -23,6 +23,7 @@ from typing import final
 import attrs
 import trio
 
+from ._checks import check_seconds
 from ._window import Window, _checked_size
 
 __all__ = ["AdaptiveWindow", "WindowChange", "is_overload", "retry_after"]
@@ -204,7 +205,7 @@ class AdaptiveWindow(Window):
         test = is_overload if overload is None else _overload_test(overload)
         _check_factor("decrease", decrease, 0.0, 1.0)
         for name, seconds in (("probe", probe), ("max_probe", max_probe)):
-            _check_factor(name, seconds, 0.0, math.inf)
+            check_seconds(seconds, f"AdaptiveWindow({name}=...)", zero=False)
         if max_probe < probe:
             raise ValueError(f"AdaptiveWindow(max_probe={max_probe!r}) is below probe={probe!r}")
         if latency is not None:

@@ -20,6 +20,7 @@ import outcome
 import trio
 
 from ._adaptive import retry_after
+from ._checks import check_seconds
 from ._runner import Drain
 from ._window import current_window
 
@@ -65,12 +66,7 @@ def _check_predicate(
 
 
 def _check_budget(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"Retry(timeout=...) must be a number of seconds or None, not {value!r}")
-    if not value > 0 or math.isinf(value):
-        raise ValueError(f"Retry(timeout=...) must be finite and > 0, got {value!r}")
+    check_seconds(value, "Retry(timeout=...)", zero=False, none=True)
 
 
 def _check_attempts(_: object, __: attrs.Attribute[int], value: int) -> None:
