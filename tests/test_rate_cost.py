@@ -10,7 +10,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicegate import RateLimit
+from sluicegate import RateLimit, run_stream
 
 
 def words(item: object) -> float:
@@ -190,3 +190,13 @@ def test_the_default_burst_keeps_the_bound(rate: float, count: int) -> None:
     for i, first in enumerate(started):
         for j in range(i, len(started)):
             assert j - i + 1 <= limit.burst + rate * (started[j] - first) + 1e-6
+
+
+async def test_a_cost_limit_given_as_rate_fails_the_stream_saying_why() -> None:
+    limit = RateLimit(10, cost=words)
+
+    async def run(item: str) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="inside the run"):
+        await run_stream(["a b"], run, window=1, rate=limit)
