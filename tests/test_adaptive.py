@@ -204,6 +204,14 @@ async def test_overload_takes_classes_or_a_predicate(
     fail(by_test, RuntimeError("please slow down"))
     assert by_test.size == 6
 
+    both = AdaptiveWindow(
+        initial=8, overload=lambda e: isinstance(e, Busy) or AdaptiveWindow.is_overload(e)
+    )
+    fail(both, Busy())
+    await trio.sleep(1)
+    fail(both, Refused(429))
+    assert both.size == 4
+
 
 async def test_a_retry_after_in_seconds_pauses_admission(
     autojump_clock: trio.testing.MockClock,

@@ -153,9 +153,10 @@ class AdaptiveWindow(Window):
       error (multiplicative decrease), at most once per round trip: a failure
       of a run that started before the last decrease is ignored, as TCP does;
     * pauses admission for as long as a ``Retry-After`` the error carries;
-    * remembers the size that overloaded the upstream and grows back to just
-      below it, then probes above it only after ``probe`` seconds, a wait that
-      doubles while probes keep failing at that size (up to ``max_probe``);
+    * remembers the size that overloaded the upstream and climbs back to just
+      below it (half the remaining distance per round trip), then probes it
+      only after holding ``probe`` seconds; a failed probe steps back one
+      place and doubles the hold (up to ``max_probe``);
     * grows only while the window is full (an idle window learns nothing);
     * with ``latency=F``, stops growing while the smoothed run time is above F
       times the shortest run time seen recently.
@@ -169,7 +170,8 @@ class AdaptiveWindow(Window):
         max: The largest size.
         overload: What counts as an overload: exception classes, or a
             predicate ``callable(exc) -> bool``. The default is
-            :func:`is_overload`: ``TimeoutError`` or an HTTP status 429 or 503.
+            :meth:`is_overload`: ``TimeoutError`` or an HTTP status 429 or 503
+            (a predicate may call it to add to it).
         decrease: The factor applied on an overload, in (0, 1).
         probe: Seconds to hold below a size that overloaded before trying it again.
         max_probe: The longest such hold.
@@ -235,6 +237,8 @@ class AdaptiveWindow(Window):
         self._floor_before = math.inf
         self._floor_since = -math.inf
         self._changes: collections.deque[WindowChange] = collections.deque(maxlen=1000)
+
+    is_overload = staticmethod(is_overload)
 
     def __repr__(self) -> str:
         return (
