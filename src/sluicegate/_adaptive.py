@@ -23,8 +23,8 @@ from typing import final
 import attrs
 import trio
 
-from ._checks import check_seconds
-from ._window import Window, _checked_size
+from ._checks import check_count, check_seconds
+from ._window import Window
 
 __all__ = ["AdaptiveWindow", "WindowChange", "is_overload", "retry_after"]
 
@@ -196,9 +196,9 @@ class AdaptiveWindow(Window):
         max_probe: float = 30.0,
         latency: float | None = None,
     ) -> None:
-        lowest = _checked_size(min, "AdaptiveWindow(min=...)")
-        highest = _checked_size(max, "AdaptiveWindow(max=...)")
-        start = _checked_size(initial, "AdaptiveWindow(initial=...)")
+        lowest = check_count(min, "AdaptiveWindow(min=...)", minimum=1)
+        highest = check_count(max, "AdaptiveWindow(max=...)", minimum=1)
+        start = check_count(initial, "AdaptiveWindow(initial=...)", minimum=1)
         if not lowest <= start <= highest:
             raise ValueError(
                 f"AdaptiveWindow needs min <= initial <= max, got min={lowest}, "
@@ -267,7 +267,7 @@ class AdaptiveWindow(Window):
         return tuple(self._changes)
 
     def _resize(self, size: int, reason: str, detail: str = "") -> None:
-        size = _checked_size(size)
+        size = check_count(size, "size", minimum=1)
         if reason == "set":
             if not self._min <= size <= self._max:
                 raise ValueError(
