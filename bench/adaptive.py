@@ -157,9 +157,9 @@ def show(outcome: Outcome, best: Outcome | None = None) -> None:
     )
 
 
-async def main(seconds: float) -> None:
+async def main(seconds: float, capacities: list[int], sweep_only: bool) -> None:
     print(f"each case {seconds:g} s; upstream latency C/64 s idle, x2 full, Retry-After 1")
-    for capacity in (8, 32, 128):
+    for capacity in capacities:
         print(f"C = {capacity}")
         fixed = []
         for size in sorted({math.ceil(capacity * f) for f in (0.75, 1.0, 1.5)}):
@@ -170,6 +170,8 @@ async def main(seconds: float) -> None:
             show(outcome, best)
         adaptive = await measure("AdaptiveWindow()", AdaptiveWindow(), capacity, seconds)
         show(adaptive, best)
+    if sweep_only:
+        return
 
     print("C = 32 halving to 16 mid-run")
     window = AdaptiveWindow()
@@ -188,5 +190,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="15 s per case")
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds per case")
+    parser.add_argument(
+        "--capacities", type=int, nargs="+", default=[8, 32, 128], help="C of the sweeps"
+    )
+    parser.add_argument(
+        "--sweep-only", action="store_true", help="skip the halving and the fixed 256"
+    )
     args = parser.parse_args()
-    trio.run(main, 15.0 if args.quick else args.seconds)
+    trio.run(main, 15.0 if args.quick else args.seconds, args.capacities, args.sweep_only)
