@@ -344,3 +344,18 @@ async def test_a_retried_overload_shrinks_the_window_its_stream_runs_under(
     assert sizes(window) == [(8, "retry-after"), (6, "overload")]
     # The retry waited for the Retry-After, not the 0.1 s backoff.
     assert trio.current_time() == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("header", "paused"),
+    [("soon", None), ("", None), ("-5", None), ("3600", 60.0), ("0.5", 0.5)],
+)
+async def test_a_retry_after_is_read_with_care(
+    header: str, paused: float | None, autojump_clock: trio.testing.MockClock
+) -> None:
+    window = AdaptiveWindow(initial=4)
+    fail(window, Refused(429, {"Retry-After": header}))
+    window.release()
+    await window.acquire()
+    # Unreadable or negative: no pause; above a minute: a minute.
+    assert trio.current_time() == pytest.approx(paused or 0.0)
