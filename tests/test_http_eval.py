@@ -93,3 +93,27 @@ async def test_bad_concurrency_is_refused_before_anything_runs(bad: str, tmp_pat
     with pytest.raises(ValueError, match="auto:MAX"):
         await evaluate(f"{EXAMPLE}:env", concurrency=bad, output_dir=tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+def test_a_resume_keeps_the_adaptive_window(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    target = f"{ROOT / 'examples' / 'arithmetic.py'}:env"
+    base = [sys.executable, "-m", "sluicegate", "eval", "--display", "none"]
+    first = subprocess.run(
+        [*base, target, "-n", "4", "-c", "auto:16", "-o", str(out)],
+        env=environ(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert first.returncode in (0, 1), first.stderr
+    again = subprocess.run(
+        [*base, "--resume", str(out)],
+        env=environ(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode in (0, 1), again.stderr
+    config = json.loads((out / "run.json").read_text())["config"]
+    assert (config["adaptive"], config["concurrency"]) == (True, 16)

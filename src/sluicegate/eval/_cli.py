@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from .._terminal import messages
-from ._config import EVERY_SCORE, UsageError, parse_concurrency
+from ._config import EVERY_SCORE, EvalConfig, UsageError, parse_concurrency
 from ._display import DISPLAYS
 from ._log import read_run_record
 from ._run import evaluate
@@ -29,6 +29,13 @@ exit status: 0 passed, 1 not passed (errors past --fail-on-error, a mean
 below --min-score, nothing to evaluate, or the environment failed), 2 usage
 error, 130 interrupted.
 """
+
+
+def _recorded(config: EvalConfig, key: str) -> Any:
+    """The flag ``key`` as run.json recorded it, in the form the command takes."""
+    if key == "concurrency" and config.adaptive:
+        return f"auto:{config.concurrency}"
+    return getattr(config, key)
 
 
 def _concurrency(text: str) -> int | str:
@@ -232,7 +239,8 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         settings = {key: value for key, value in given.items() if value is not None}
     else:
         settings = {
-            key: getattr(recorded, key) if value is None else value for key, value in given.items()
+            key: _recorded(recorded, key) if value is None else value
+            for key, value in given.items()
         }
     return {
         "env": args.target,
