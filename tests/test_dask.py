@@ -519,3 +519,31 @@ async def test_cancelling_a_connection_to_a_silent_scheduler_returns_at_once() -
         await trio.testing.wait_all_tasks_blocked()  # connecting, in its thread
         scope.cancel()
     assert scope.cancelled_caught
+
+
+async def test_connecting_says_what_it_waits_for_and_gives_up_after_connect_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="sluicegate")
+    with pytest.raises(OSError, match=r"after 0\.5 s"):
+        async with open_dask("tcp://127.0.0.1:9", connect_timeout=0.5):
+            raise AssertionError("connected to nothing")  # pragma: no cover
+    assert (
+        "connecting to the Dask scheduler at tcp://127.0.0.1:9 (giving up after 0.5 s)"
+        in caplog.messages
+    )
+
+
+async def test_a_bad_connect_timeout_is_refused(dask_address: str) -> None:
+    with pytest.raises(TypeError, match="connect_timeout must be a number"):
+        async with open_dask(dask_address, connect_timeout="5"):  # type: ignore[arg-type]
+            pass
+    with pytest.raises(ValueError, match="connect_timeout must be a finite number"):
+        async with open_dask(dask_address, connect_timeout=0):
+            pass
+    with (
+        new_client(dask_address) as client,
+        pytest.raises(TypeError, match="connect_timeout only when it connects"),
+    ):
+        async with open_dask(client=client, connect_timeout=5):
+            pass

@@ -40,6 +40,60 @@ _dumps: Callable[[object], bytes] = _untyped_dumps
 _CANCELLED = (concurrent.futures.CancelledError, asyncio.CancelledError)
 
 
+class CarriedBaseException(Exception):
+    """A ``BaseException`` that is not an ``Exception``, carried from a worker to the caller.
+
+    Private to the bridge: the worker raises it in place of what ``fn``
+    raised (see :meth:`RemoteCall.__call__`), and the caller's side raises
+    :meth:`rebuild` instead. It holds the original's class and ``args``
+    (its ``repr()`` alone when they do not pickle), so it always pickles.
+    """
+
+    def __init__(self, kind: type[BaseException] | None, args: tuple[Any, ...], text: str) -> None:
+        # Exceptions pickle as their class and args: all three go there.
+        super().__init__(kind, args, text)
+        self.kind = kind
+        self.carried_args = args
+        self.text = text
+
+    @classmethod
+    def of(cls, exc: BaseException) -> CarriedBaseException:
+        kind: type[BaseException] | None = type(exc)
+        args = exc.args
+        try:
+            _dumps(args)
+        except Exception:
+            args = (str(exc),)
+        try:
+            _dumps(kind)
+        except Exception:
+            kind = None  # a class the caller could not import either
+        return cls(kind, args, repr(exc))
+
+    def __repr__(self) -> str:
+        # What Dask's "Compute Failed" log line shows: the user's exception.
+        return self.text
+
+    __str__ = __repr__
+
+    def rebuild(self) -> BaseException:
+        """What ``fn`` raised, as its own type; a cancellation as :class:`RemoteCancelled`.
+
+        A ``trio.Cancelled`` or ``asyncio.CancelledError`` raised again here
+        would look like a cancellation of the caller's own scope.
+        """
+        kind = self.kind
+        if kind is None:
+            # As Dask sends an exception that does not pickle.
+            return Exception(self.text)
+        if issubclass(kind, (trio.Cancelled, *_CANCELLED)):
+            return RemoteCancelled(f"the remote function raised {self.text} on its worker")
+        try:
+            return kind(*self.carried_args)
+        except Exception:
+            return Exception(self.text)
+
+
 class RemoteCancelled(Exception):
     """A run's work was cancelled on the cluster by something other than sluicegate.
 
@@ -79,10 +133,21 @@ class RemoteCall:
         self.fn = fn
 
     def __call__(self, item: Any) -> Any:
-        result = self.fn(item)
-        if inspect.iscoroutine(result):
-            return trio.run(_await, result)
-        return result
+        try:
+            result = self.fn(item)
+            if inspect.iscoroutine(result):
+                return trio.run(_await, result)
+            return result
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                raise
+            # Dask lets a KeyboardInterrupt or SystemExit through on purpose:
+            # it closes the event loop of an in-process cluster (which the
+            # client shares) and kills a worker process, so the item would
+            # come back as KilledWorker, or never. Here it is only fn's answer
+            # for this item: it crosses as an Exception and is raised again,
+            # as its own type, on the caller's side.
+            raise CarriedBaseException.of(exc).with_traceback(exc.__traceback__) from None
 
     def __repr__(self) -> str:
         return f"RemoteCall({self.fn!r})"
@@ -180,6 +245,8 @@ async def _outcome(future: Future[Any]) -> outcome.Outcome[Any]:
     try:
         error = await waiting.exception()
         if error is not None:
+            if isinstance(error, CarriedBaseException):
+                error = error.rebuild()
             return outcome.Error(error.with_traceback(await waiting.traceback()))
         return outcome.Value(await waiting.result())
     except _CANCELLED as exc:

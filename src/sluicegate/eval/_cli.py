@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,13 @@ def _seconds(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+
+
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
 
 
 def register(commands: Any) -> None:
@@ -143,6 +153,13 @@ def register(commands: Any) -> None:
         "run, else the scheduler's address (needs the dask extra; TARGET must not be a "
         "SampleSource)",
     )
+    add(
+        "--dask-timeout",
+        type=_positive_seconds,
+        metavar="S",
+        help="with --dask ADDRESS: seconds to wait for the scheduler, when connecting and when "
+        "reconnecting after losing it (default: Dask's distributed.comm.timeouts.connect, 30)",
+    )
     parser.add_argument(
         "--trace",
         action="store_true",
@@ -232,12 +249,32 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def _dask_timeout(args: argparse.Namespace) -> Iterator[None]:
+    """``--dask-timeout`` in force for the run: set where the connection is made."""
+    if args.dask_timeout is None:
+        yield
+        return
+    if args.dask is None or args.dask == "local":
+        raise UsageError("--dask-timeout needs --dask ADDRESS: it is how long to wait for it")
+    try:
+        from ._dask import CONNECT_TIMEOUT
+    except ImportError:
+        raise UsageError("--dask needs Dask distributed: pip install 'sluicegate[dask]'") from None
+    token = CONNECT_TIMEOUT.set(args.dask_timeout)
+    try:
+        yield
+    finally:
+        CONNECT_TIMEOUT.reset(token)
+
+
 def handle(args: argparse.Namespace) -> int:
     """Run ``sluicegate eval`` for parsed ``args``; returns the exit status."""
     with messages("sluicegate eval"):
         try:
             settings = arguments(args)
-            report = trio.run(functools.partial(evaluate, **settings, signals=True))
+            with _dask_timeout(args):
+                report = trio.run(functools.partial(evaluate, **settings, signals=True))
         except UsageError as exc:
             print(f"sluicegate eval: error: {exc}", file=sys.stderr)
             return 2
