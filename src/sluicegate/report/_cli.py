@@ -93,6 +93,11 @@ def _plot(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from ._html import write_report
 
+    if args.output is not None:
+        folder = Path(args.output).parent
+        if not folder.is_dir():
+            # Named here: writing would fail on a temporary file inside it.
+            return _fail("report", f"-o {args.output}: {folder} is not a directory")
     with messages("sluicegate report"):
         try:
             written = write_report(args.directory, args.output)

@@ -14,7 +14,7 @@ from html import escape
 from typing import Final
 
 from .._trace import Timeline
-from ._layout import COLOURS, MARKS, flight_columns, place
+from ._layout import COLOURS, MARKS, flight_columns, place, score_bins, shown
 
 __all__ = ["histograms_svg", "timeline_svg"]
 
@@ -41,6 +41,11 @@ def _ticks(end: float, pixels: float) -> list[float]:
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= rough)
     count = int(end / step + 1e-9)
     return [i * step for i in range(count + 1)]
+
+
+def _text(text: str) -> str:
+    """User text (a task id, an error, a score's name) for the SVG: escaped, and writable."""
+    return escape(shown(text))
 
 
 def _seconds(value: float) -> str:
@@ -128,7 +133,7 @@ def timeline_svg(timelines: Sequence[Timeline]) -> str:
             out.append(
                 f'<rect x="{left:.2f}" y="{top:.2f}" width="{_bar_width(right - left):.2f}" '
                 f'height="{row * 0.8:.2f}" fill="{COLOURS[first.outcome]}">'
-                f"<title>{escape(tip)}</title></rect>"
+                f"<title>{_text(tip)}</title></rect>"
             )
     # Runs in flight: the most within each pixel column.
     highs = flight_columns(placed.in_flight, end, plot_width)
@@ -167,7 +172,7 @@ def timeline_svg(timelines: Sequence[Timeline]) -> str:
         out.append(
             f'<line x1="{x(mark.time):.2f}" y1="{_TOP}" x2="{x(mark.time):.2f}" '
             f'y2="{flight_bottom}" stroke="{colour}" stroke-width="1.5" '
-            f'stroke-dasharray="{_DASHES[style]}"><title>{escape(mark.what)} at '
+            f'stroke-dasharray="{_DASHES[style]}"><title>{_text(mark.what)} at '
             f"{_seconds(mark.time)}</title></line>"
         )
     for tick in _ticks(end, plot_width):
@@ -188,18 +193,15 @@ def histograms_svg(series: dict[str, list[float]], *, bins: int = 20) -> str:
     """One small histogram per score name (at most six)."""
     charts = []
     for name, values in list(series.items())[:6]:
+        edges, counts = score_bins(values, bins)
         low, high = min(values), max(values)
-        span = high - low or 1.0
-        counts = [0] * bins
-        for value in values:
-            counts[min(int((value - low) / span * bins), bins - 1)] += 1
         tallest = max(counts)
         width, height, base = 280, 120, 100
         bar = width / bins
         bars = "".join(
             f'<rect x="{i * bar:.2f}" y="{base - count / tallest * 90:.2f}" '
             f'width="{bar - 1:.2f}" height="{count / tallest * 90:.2f}" fill="#4a78b5">'
-            f"<title>{low + i * span / bins:.4g} to {low + (i + 1) * span / bins:.4g}: "
+            f"<title>{edges[i]:.4g} to {edges[i + 1]:.4g}: "
             f"{count}</title></rect>"
             for i, count in enumerate(counts)
             if count
@@ -207,11 +209,11 @@ def histograms_svg(series: dict[str, list[float]], *, bins: int = 20) -> str:
         mean = statistics.mean(values)  # exact: a sum of finite scores may overflow
         charts.append(
             f'<figure class="hist"><svg viewBox="0 0 {width} {height}" '
-            f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{escape(name)} histogram">'
+            f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{_text(name)} histogram">'
             f'{bars}<line x1="0" y1="{base}" x2="{width}" y2="{base}" stroke="#888"/>'
             f'<text x="0" y="{base + 14}" class="lbl">{low:.4g}</text>'
             f'<text x="{width}" y="{base + 14}" class="lbl" text-anchor="end">{high:.4g}</text>'
-            f"</svg><figcaption>{escape(name)}: mean {mean:.4g} over {len(values)}"
+            f"</svg><figcaption>{_text(name)}: mean {mean:.4g} over {len(values)}"
             f"</figcaption></figure>"
         )
     return "".join(charts)
