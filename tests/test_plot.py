@@ -112,3 +112,18 @@ def test_dollar_signs_in_names_are_text_not_tex(tmp_path: Path) -> None:
     drawn = (tmp_path / "t.svg").read_text(encoding="utf-8")
     assert "regex $^ vs ^$" in drawn
     assert "sums of $2+$3" in drawn
+
+
+def test_the_title_says_when_a_session_left_no_timeline(tmp_path: Path) -> None:
+    import json
+
+    import matplotlib
+
+    write_eval_run(tmp_path, 10)
+    record = json.loads((tmp_path / "run.json").read_text())
+    record["sessions"] = [{}, {}]  # resumed once, without --trace
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        assert main(["plot", str(tmp_path), "-o", str(tmp_path / "t.svg")]) == 0
+    drawn = (tmp_path / "t.svg").read_text(encoding="utf-8")
+    assert "timeline of 1 of 2 sessions (the traced ones)" in drawn

@@ -215,7 +215,8 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         "min_score": None if args.min_score is None else _min_score(args.min_score),
     }
     display = args.display or ("rich" if sys.stdout.isatty() else "plain")
-    # For this session only: run.json records none of these, so a resume may differ.
+    # For this session only: run.json records none of these but --trace, so a
+    # resume may differ (a traced run stays traced).
     this_session: dict[str, Any] = {"display": display}
     if args.trace:
         this_session["trace"] = True
@@ -240,6 +241,8 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         settings = {
             key: getattr(recorded, key) if value is None else value for key, value in given.items()
         }
+        if recorded.trace:
+            this_session["trace"] = True
     return {
         "env": args.target,
         "output_dir": args.resume,

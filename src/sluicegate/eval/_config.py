@@ -72,6 +72,8 @@ class EvalConfig:
         min_score: ``--min-score``: the lowest mean allowed per score name
             (``"*"``: every score).
         output: The output directory.
+        trace: ``--trace``: the sessions record their timeline in the
+            output directory (``sluicegate eval --resume`` keeps recording).
     """
 
     target: str | None = None
@@ -87,6 +89,7 @@ class EvalConfig:
     fail_on_error: str = "0"
     min_score: dict[str, float] = attrs.field(factory=dict)
     output: str = ""
+    trace: bool = False
     retry_types: tuple[type[Exception], ...] = attrs.field(default=(), eq=False, repr=False)
 
     def retry(self) -> Retry | None:
@@ -231,6 +234,7 @@ def configure(
     fail_on_error: int | float | str,
     min_score: float | Mapping[str, float] | None,
     output: str,
+    trace: bool = False,
 ) -> EvalConfig:
     """Check every setting and build the run's config; nothing happens before this passes.
 
@@ -260,6 +264,7 @@ def configure(
         fail_on_error=budget_text,
         min_score=_min_score(min_score),
         output=output,
+        trace=trace,
         retry_types=retry_types,
     )
 

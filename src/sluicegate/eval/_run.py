@@ -501,6 +501,7 @@ async def evaluate(
         timeout=timeout,
         fail_on_error=fail_on_error,
         min_score=min_score,
+        trace=trace is True,  # recorded in run.json, so that a resume traces too
     )
     try:
         record, tally = await _session(setup, shown, drain, signals, trace, dask)

@@ -92,7 +92,7 @@ def _draw(
     slots = figure.add_subplot(grid[0, 0])
     flight = figure.add_subplot(grid[1, 0], sharex=slots)
     _draw_timeline(slots, flight, timelines)
-    figure.suptitle(shown(_title(path, run)))
+    figure.suptitle(shown(_title(path, run, len(timelines))))
     if scores:
         _draw_scores(figure.add_subplot(grid[:, 1]), scores)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +100,7 @@ def _draw(
     plt.close(figure)
 
 
-def _title(path: Path, run: RunView | None) -> str:
+def _title(path: Path, run: RunView | None, traced: int) -> str:
     name = path.name or str(path)
     if run is not None and run.summary is not None:
         summary = run.summary
@@ -109,6 +109,10 @@ def _title(path: Path, run: RunView | None) -> str:
             parts.append(summary.stop_reason)
         if summary.passed is not None:
             parts.append("passed" if summary.passed else "did not pass")
+        if traced < summary.sessions:
+            # A session run without --trace left no timeline: the picture
+            # must not pass for the whole run.
+            parts.append(f"timeline of {traced} of {summary.sessions} sessions (the traced ones)")
         return " · ".join(parts)
     return name
 
