@@ -291,7 +291,6 @@ def _campaign_status(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from .._terminal import output_console
-
     from ._convert import dump_json
     from ._outdir import CampaignError, is_locked, read_report
     from ._view import render
