@@ -149,3 +149,24 @@ def test_the_hang_on_the_observe_page_leaves_the_anomaly_it_shows(tmp_path: Path
     assert got[-1] == expected[-1]
     assert got[3].split()[:3] == ["1", "7", got[3].split()[2]]
     assert got[3].split()[-1] == "task-7"
+
+
+def test_the_performance_page_says_which_extra_each_bench_command_needs() -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert any(requirement.startswith("nox") for requirement in extras["dev"])
+    peers = {re.split(r"[<>=\[ ]", requirement)[0] for requirement in extras["bench"]}
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    section = " ".join(page.split("## Running the benchmark")[1].split("\n## ")[0].split())
+    assert "nox, which the `dev` extra brings" in section
+    assert "pip install -e '.[bench]'" in section
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        source = script.read_text(encoding="utf-8")
+        needs = [peer for peer in peers if re.search(rf"^\s*import {peer}\b", source, re.M)]
+        if needs:
+            assert f"bench/{script.name}" in section, f"{script.name} needs {needs}: say so"
+            for peer in needs:
+                assert peer in section, f"{script.name} needs {peer}: say so"
