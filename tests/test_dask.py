@@ -22,6 +22,7 @@ import time
 import traceback
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -547,3 +548,15 @@ async def test_a_bad_connect_timeout_is_refused(dask_address: str) -> None:
     ):
         async with open_dask(client=client, connect_timeout=5):
             pass
+
+
+@pytest.mark.timeout(120)
+def test_a_lost_scheduler_fails_the_next_run_after_connect_timeout(tmp_path: Path) -> None:
+    # In a child process: the client closes itself when it gives up.
+    from test_dask_escapes import run_child
+
+    seen = run_child("lost", tmp_path / "marks")
+    assert seen["before"] == [0, 1, 2]
+    assert seen["raised"] == "RemoteCancelled"
+    # Dask's default would have waited 30 s to reconnect.
+    assert seen["waited"] < 15

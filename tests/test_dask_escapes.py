@@ -4,7 +4,7 @@ Dask lets these through its workers on purpose: in an embedded cluster of
 threads they closed the event loop the client shares (every later run hung),
 and with worker processes they killed the worker (the item came back as
 ``KilledWorker`` and its neighbours ran twice). Each case runs in a child
-process (``tests/dask_escapes.py``), so a dead loop cannot leak into this
+process (``tests/dask_child.py``), so a dead loop cannot leak into this
 test run; a timeout there is the hang itself.
 """
 
@@ -26,8 +26,9 @@ HERE = Path(__file__).parent
 
 
 def run_child(mode: str, marks: Path) -> dict[str, Any]:
+    """What ``tests/dask_child.py MODE`` saw."""
     done = subprocess.run(
-        ["timeout", "-s", "KILL", "60", sys.executable, str(HERE / "dask_escapes.py"), mode],
+        ["timeout", "-s", "KILL", "60", sys.executable, str(HERE / "dask_child.py"), mode],
         env={**os.environ, "DASK_ESCAPES_MARKS": str(marks)},
         capture_output=True,
         text=True,

@@ -1,11 +1,13 @@
-"""Remote functions that raise what is not an ``Exception``, run in a child process.
+"""Dask scenarios that may kill an event loop, run in a child process.
 
-Not a test module: ``tests/test_dask_escapes.py`` runs it as a script, so
-that an event loop this kills cannot leak into the test run. It prints one
-JSON object describing what the caller saw, and exits.
+Not a test module: ``tests/test_dask_escapes.py`` and ``tests/test_dask.py``
+run it as a script, so that a loop this kills cannot leak into the test run.
+It prints one JSON object describing what the caller saw, and exits.
 
-``python tests/dask_escapes.py threads`` uses an embedded cluster of threads;
-``processes`` one of worker processes.
+* ``threads``: remote functions raising what is not an ``Exception``, on an
+  embedded cluster of threads; ``processes``: the same with worker processes.
+* ``lost``: the scheduler goes away under a bridge opened with
+  ``connect_timeout=2``; how long the next run takes to fail.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 import trio
@@ -63,6 +66,10 @@ def odd_on_two(item: int) -> int:
     return item
 
 
+def absolute(item: int) -> int:
+    return abs(item)
+
+
 def pid(item: int) -> int:
     return os.getpid()
 
@@ -100,5 +107,26 @@ async def main(mode: str) -> dict[str, Any]:
     return seen
 
 
+async def lost() -> dict[str, Any]:
+    from distributed import LocalCluster
+
+    seen: dict[str, Any] = {}
+    cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=":0")  # type: ignore[no-untyped-call]
+    with trio.fail_after(60):
+        async with open_dask(cluster.scheduler_address, connect_timeout=2) as dask:
+            seen["before"] = await run_stream(range(3), dask.remote(absolute), window=2)
+            await trio.to_thread.run_sync(cluster.close)
+            start = time.monotonic()
+            try:
+                await run_stream(range(3), dask.remote(absolute), window=2)
+            except Exception as exc:
+                seen["raised"] = type(exc).__name__
+            seen["waited"] = time.monotonic() - start
+    return seen
+
+
 if __name__ == "__main__":
-    print(json.dumps(trio.run(main, sys.argv[1])))
+    if sys.argv[1] == "lost":
+        print(json.dumps(trio.run(lost)))
+    else:
+        print(json.dumps(trio.run(main, sys.argv[1])))
