@@ -124,7 +124,8 @@ class RemoteCall:
     A plain ``fn`` runs in the worker's thread pool, as any Dask task. If
     calling ``fn`` returns a coroutine (``fn`` is an ``async def``), the
     coroutine runs to completion under ``trio.run`` in that same worker
-    thread.
+    thread. A ``BaseException`` that is not an ``Exception`` leaves as a
+    :class:`CarriedBaseException`, which the caller's side turns back.
     """
 
     __slots__ = ("fn",)

@@ -52,6 +52,11 @@ class RemoteRun(Generic[T, R]):
                 cancelled the work; what sending the item raised (an item
                 that cannot be pickled); Dask's ``TypeError`` for a result
                 that cannot be pickled.
+            BaseException: a ``KeyboardInterrupt``, ``SystemExit`` or other
+                ``BaseException`` that ``fn`` raised, as its own type with
+                its arguments; the worker carries on (a ``trio.Cancelled``
+                or ``asyncio.CancelledError`` from ``fn`` arrives as
+                :class:`~sluicegate.dask.RemoteCancelled`).
             RuntimeError: if its ``open_dask()`` block has ended.
         """
         result: R = await self._bridge.call(self._call, item)
