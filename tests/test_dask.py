@@ -536,10 +536,11 @@ async def test_connecting_says_what_it_waits_for_and_gives_up_after_connect_time
 
 
 async def test_a_bad_connect_timeout_is_refused(dask_address: str) -> None:
-    with pytest.raises(TypeError, match="connect_timeout must be a number"):
+    takes = "connect_timeout must be a finite number of seconds > 0 or None"
+    with pytest.raises(TypeError, match=takes):
         async with open_dask(dask_address, connect_timeout="5"):  # type: ignore[arg-type]
             pass
-    with pytest.raises(ValueError, match="connect_timeout must be a finite number"):
+    with pytest.raises(ValueError, match="connect_timeout must be a finite number of seconds > 0"):
         async with open_dask(dask_address, connect_timeout=0):
             pass
     with (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from contextlib import asynccontextmanager
@@ -12,6 +11,7 @@ from typing import Any, Generic, TypeVar, final, overload
 import trio
 from distributed import Client, LocalCluster
 
+from .._checks import check_seconds
 from ._bridge import Bridge
 from ._engine import DaskEngine
 
@@ -129,20 +129,12 @@ class DaskBridge:
 def _check(
     address: object, client: object, connect_timeout: object, cluster_kwargs: dict[str, Any]
 ) -> None:
-    if connect_timeout is not None:
-        if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)):
-            raise TypeError(
-                f"connect_timeout must be a number of seconds or None, not {connect_timeout!r}"
-            )
-        if not (math.isfinite(connect_timeout) and connect_timeout > 0):
-            raise ValueError(
-                f"connect_timeout must be a finite number of seconds > 0, not {connect_timeout!r}"
-            )
-        if client is not None:
-            raise TypeError(
-                "open_dask() takes connect_timeout only when it connects: a client you pass "
-                "is connected already"
-            )
+    timeout = check_seconds(connect_timeout, "connect_timeout", zero=False, none=True)
+    if timeout is not None and client is not None:
+        raise TypeError(
+            "open_dask() takes connect_timeout only when it connects: a client you pass "
+            "is connected already"
+        )
     if address is not None and client is not None:
         raise ValueError("open_dask() takes an address or a client, not both")
     if address is not None and not isinstance(address, str):
