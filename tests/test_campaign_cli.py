@@ -483,6 +483,10 @@ def test_a_drained_rerun_names_the_drain_file_and_undrain_admits_again(
     assert env.runs() == []
     assert f"drained: {drain_file} asks to admit nothing (for the test" in err
     assert "--undrain`" in err
+    assert main(["campaign", "status", str(env.out)]) == 0
+    out = capsys.readouterr().out
+    assert "[drained]" in out and f"{drain_file} asks to admit nothing" in out
+    assert "--undrain` admits again" in out
     assert run(env, "--no-live", "--undrain") == 0
     err = capsys.readouterr().err
     assert f"removed {drain_file}: admitting again" in err

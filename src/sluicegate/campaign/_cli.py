@@ -239,27 +239,31 @@ def _undrain(outdir: Path) -> None:
     print(f"sluicegate: removed {outdir / DRAIN_FILE}: admitting again", file=sys.stderr)
 
 
-def _say_why_drained(args: argparse.Namespace) -> None:
-    """Name the drain file that stopped the run, and how to go on; nothing for a signal."""
+def _drain_file(outdir: Path) -> str | None:
+    """What ``OUTDIR/drain-request.json`` asks, if it is there."""
     from ._convert import load_json
     from ._outdir import DRAIN_FILE, DrainRequest
 
-    path = args.outdir / DRAIN_FILE
+    path = outdir / DRAIN_FILE
     if not path.exists():
-        return  # drained by a signal: this invocation only
+        return None
     try:
         request = load_json(path, DrainRequest)
         why = f" ({request.reason}, {request.requested})"
     except (CampaignFileError, OSError):
         why = ""
+    return f"{path} asks to admit nothing{why}; it stays until removed, so a rerun admits nothing"
+
+
+def _say_why_drained(args: argparse.Namespace) -> None:
+    """Name the drain file that stopped the run, and how to go on; nothing for a signal."""
+    asks = _drain_file(args.outdir)
+    if asks is None:
+        return  # drained by a signal: this invocation only
     again = " ".join(
         ["sluicegate campaign run", str(args.plan), str(args.outdir), "--ledger", str(args.ledger)]
     )
-    print(
-        f"sluicegate: drained: {path} asks to admit nothing{why}; it stays until removed, so "
-        f"a rerun admits nothing either. To continue: `{again} --undrain`",
-        file=sys.stderr,
-    )
+    print(f"sluicegate: drained: {asks} either. To continue: `{again} --undrain`", file=sys.stderr)
 
 
 def _found_report(outdir: Path) -> Report | None:
@@ -311,6 +315,9 @@ def _campaign_status(args: argparse.Namespace) -> int:
         state = "a controller is running" if locked else "no controller is running"
     scope = f"; ledger scope {report.ledger_scope}" if report.ledger_scope else ""
     console.print(Text(f"{state}; report written {report.updated}{scope}"))
+    asks = _drain_file(args.outdir)
+    if asks is not None:
+        console.print(Text(f"{asks} (`campaign run ... --undrain` admits again)"))
     return 0
 
 
