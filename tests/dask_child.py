@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -70,6 +71,12 @@ def absolute(item: int) -> int:
     return abs(item)
 
 
+def locked_on_two(item: int) -> int:
+    if item == 2:
+        raise SystemExit(threading.Lock())
+    return item
+
+
 def pid(item: int) -> int:
     return os.getpid()
 
@@ -98,7 +105,13 @@ async def main(mode: str) -> dict[str, Any]:
         async with open_dask(**cluster) as dask:
             pids = await run_stream(range(4), dask.remote(pid), window=2)
             seen["pids_before"] = sorted(set(pids))
-            for fn in (interrupts_on_two, exits_on_two, async_exits_on_two, odd_on_two):
+            for fn in (
+                interrupts_on_two,
+                exits_on_two,
+                async_exits_on_two,
+                odd_on_two,
+                locked_on_two,
+            ):
                 seen[fn.__name__] = await failure(dask.remote(fn))
             # The bridge, the loop and the worker all still work.
             pids = await run_stream(range(4), dask.remote(pid), window=2)

@@ -56,6 +56,9 @@ def test_a_remote_base_exception_fails_its_item_as_itself_and_the_cluster_lives_
     assert seen["async_exits_on_two"]["args"] == ["3"]
     assert seen["odd_on_two"]["type"] == "__main__.Odd"
     assert seen["odd_on_two"]["args"] == ["odd at two"]
+    # Arguments that do not pickle travel as the exception's str().
+    assert seen["locked_on_two"]["type"] == "builtins.SystemExit"
+    assert seen["locked_on_two"]["args"][0].startswith("<unlocked _thread.lock object")
     # Same worker (not restarted), the bridge still runs, and the block closed cleanly.
     assert seen["pids_after"] == seen["pids_before"]
     assert seen["closed"] is True

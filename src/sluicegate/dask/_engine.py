@@ -60,14 +60,17 @@ class CarriedBaseException(Exception):
     def of(cls, exc: BaseException) -> CarriedBaseException:
         kind: type[BaseException] | None = type(exc)
         args = exc.args
-        try:
-            _dumps(args)
-        except Exception:
-            args = (str(exc),)
-        try:
-            _dumps(kind)
-        except Exception:
-            kind = None  # a class the caller could not import either
+        # Dask's pickler logs what it cannot pickle at ERROR: here that is
+        # a question, not a failure.
+        with _quiet_here(_PICKLE_LOGGER):
+            try:
+                _dumps(args)
+            except Exception:
+                args = (str(exc),)
+            try:
+                _dumps(kind)
+            except Exception:
+                kind = None  # a class the caller could not import either
         return cls(kind, args, repr(exc))
 
     def __repr__(self) -> str:
@@ -148,7 +151,10 @@ class RemoteCall:
             # come back as KilledWorker, or never. Here it is only fn's answer
             # for this item: it crosses as an Exception and is raised again,
             # as its own type, on the caller's side.
-            raise CarriedBaseException.of(exc).with_traceback(exc.__traceback__) from None
+            carried = CarriedBaseException.of(exc).with_traceback(exc.__traceback__)
+        # Raised out here, with no __context__: Dask pickles that too (with
+        # tblib), and the original may not pickle.
+        raise carried
 
     def __repr__(self) -> str:
         return f"RemoteCall({self.fn!r})"
