@@ -7,12 +7,14 @@ It prints one JSON object describing what the caller saw, and exits.
 * ``threads``: remote functions raising what is not an ``Exception``, on an
   embedded cluster of threads; ``processes``: the same with worker processes.
 * ``lost``: the scheduler goes away under a bridge opened with
-  ``connect_timeout=2``; how long the next run takes to fail.
+  ``connect_timeout=2``; how long the next run takes to fail, and what the
+  ``sluicegate`` logger said.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import threading
@@ -120,15 +122,33 @@ async def main(mode: str) -> dict[str, Any]:
     return seen
 
 
+class Kept(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__()
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
 async def lost() -> dict[str, Any]:
     from distributed import LocalCluster
 
     seen: dict[str, Any] = {}
+    said: list[str] = []
+    told = logging.getLogger("sluicegate")
+    told.setLevel(logging.INFO)
+    told.addHandler(Kept(said))
+    seen["said"] = said
     cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=":0")  # type: ignore[no-untyped-call]
     with trio.fail_after(60):
         async with open_dask(cluster.scheduler_address, connect_timeout=2) as dask:
             seen["before"] = await run_stream(range(3), dask.remote(absolute), window=2)
             await trio.to_thread.run_sync(cluster.close)
+            # The client notices on its own loop; the state is Dask's, with
+            # no event to wait on.
+            while dask.client.status == "running":  # noqa: ASYNC110
+                await trio.sleep(0.01)
             start = time.monotonic()
             try:
                 await run_stream(range(3), dask.remote(absolute), window=2)

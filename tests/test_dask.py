@@ -561,3 +561,7 @@ def test_a_lost_scheduler_fails_the_next_run_after_connect_timeout(tmp_path: Pat
     assert seen["raised"] == "RemoteCancelled"
     # Dask's default would have waited 30 s to reconnect.
     assert seen["waited"] < 15
+    connecting, lost = seen["said"]
+    assert connecting.startswith("connecting to the Dask scheduler at ")
+    assert lost.startswith("lost the Dask scheduler at ")
+    assert lost.endswith(": runs wait for it to come back (giving up after 2 s)")

@@ -164,8 +164,12 @@ class RemoteCall:
 class DaskEngine:
     """Submits through a :class:`distributed.Client` whose loop runs in its own thread."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, *, reconnect_limit: str | None = None) -> None:
         self._client = client
+        # How long the client waits for a lost scheduler, for the log line
+        # that says so (None: not ours to tell, a caller's own client).
+        self._reconnect_limit = reconnect_limit
+        self._said_reconnecting = False
         loop = client.loop
         assert loop is not None, "a Client has its loop from construction on"
         self._loop = loop
@@ -185,6 +189,7 @@ class DaskEngine:
     def submit(
         self, call: Any, items: Sequence[Any], done: Sequence[Done], *, again: bool = False
     ) -> list[Future[Any]]:
+        self._tell_reconnecting()
         if again:
             # Dask logged the batch's pickling failure with a full traceback
             # at ERROR; the item failing again here raises a clean TypeError
@@ -195,6 +200,22 @@ class DaskEngine:
             futures = self._client.map(call, items, key=funcname(call.fn), pure=False)
         self._loop.add_callback(self._watch, futures, done)
         return futures
+
+    def _tell_reconnecting(self) -> None:
+        """Say at once, once per loss, that runs now wait for a lost scheduler to return."""
+        if self._client.status != "connecting":
+            self._said_reconnecting = False
+            return
+        if self._said_reconnecting or self._reconnect_limit is None:
+            return
+        self._said_reconnecting = True
+        scheduler = self._client.scheduler
+        address = scheduler.address if scheduler is not None else "its address"
+        logger.warning(
+            "lost the Dask scheduler at %s: runs wait for it to come back (giving up after %s)",
+            address,
+            self._reconnect_limit,
+        )
 
     def cancel(self, handles: Sequence[Any]) -> None:
         # On the loop thread client.cancel returns a coroutine, which the loop

@@ -212,10 +212,8 @@ async def open_dask(
         finally:
             bridge.close()
         return
+    limit = f"{connect_timeout:g} s" if connect_timeout is not None else _default_connect_timeout()
     if address is not None:
-        limit = (
-            f"{connect_timeout:g} s" if connect_timeout is not None else _default_connect_timeout()
-        )
         logger.info("connecting to the Dask scheduler at %s (giving up after %s)", address, limit)
     connecting = _Connecting(address, connect_timeout, cluster_kwargs)
     try:
@@ -227,7 +225,7 @@ async def open_dask(
     except trio.Cancelled:
         connecting.abandon()
         raise
-    bridge = Bridge(DaskEngine(own_client))
+    bridge = Bridge(DaskEngine(own_client, reconnect_limit=limit))
     try:
         yield DaskBridge(own_client, bridge)
     finally:
