@@ -442,3 +442,12 @@ def test_report_into_a_folder_that_does_not_exist_names_the_folder(
     assert err == (
         f"sluicegate report: error: -o {missing / 'r.html'}: {missing} is not a directory\n"
     )
+
+
+def test_the_report_timeline_says_when_a_session_left_none(tmp_path: Path) -> None:
+    from sluicegate.report._svg import timeline_svg
+
+    write_eval_run(tmp_path, 10)
+    timelines = Timeline.read(tmp_path)
+    assert "sessions (the traced ones)" not in timeline_svg(timelines, sessions=1)
+    assert "timeline of 1 of 2 sessions (the traced ones)" in timeline_svg(timelines, sessions=2)

@@ -75,8 +75,13 @@ def _merge(
     return bars
 
 
-def timeline_svg(timelines: Sequence[Timeline]) -> str:
-    """The runs of ``timelines`` as an SVG: slots as rows, runs in flight below."""
+def timeline_svg(timelines: Sequence[Timeline], *, sessions: int | None = None) -> str:
+    """The runs of ``timelines`` as an SVG: slots as rows, runs in flight below.
+
+    ``sessions``, the run's number of sessions (``run.json``'s), makes the
+    picture say how many of them it shows when some left no timeline (a
+    session run without ``--trace``).
+    """
     placed = place(timelines)
     rows = max(placed.slots, 1)
     row = max(3.0, min(16.0, 260 / rows))
@@ -181,6 +186,11 @@ def timeline_svg(timelines: Sequence[Timeline]) -> str:
             f'<line x1="{tx:.2f}" y1="{flight_bottom}" x2="{tx:.2f}" y2="{flight_bottom + 4}" '
             f'stroke="#888"/><text x="{tx:.2f}" y="{flight_bottom + 16}" class="lbl" '
             f'text-anchor="middle">{tick:.6g}</text>'
+        )
+    if sessions is not None and len(timelines) < sessions:
+        out.append(
+            f'<text x="{_LEFT}" y="{height - 1}" class="lbl">timeline of {len(timelines)} of '
+            f"{sessions} sessions (the traced ones)</text>"
         )
     out.append(
         f'<text x="{WIDTH - _RIGHT}" y="{height - 1}" class="lbl" text-anchor="end">'
