@@ -99,16 +99,15 @@ def _default_unstructure(value: Any) -> Any:
     global _default_converter
     if _default_converter is None:
         import uuid
-        from datetime import date, datetime, time
         from decimal import Decimal
 
-        import cattrs
+        from cattrs.preconf.json import make_converter
 
-        converter = cattrs.Converter()
+        # The JSON preset: sets and tuples as lists, datetimes as ISO text.
+        converter = make_converter()
+        # Money is text in JSON, never a float.
         converter.register_unstructure_hook(Decimal, str)
         converter.register_unstructure_hook(uuid.UUID, str)
-        for kind in (datetime, date, time):
-            converter.register_unstructure_hook(kind, lambda value: value.isoformat())
         _default_converter = converter
     return _default_converter.unstructure(value)
 
@@ -125,8 +124,9 @@ def encode(
         value: Any object.
         cap: The most characters of text kept (an ``int >= 1``).
         unstructure: Turns ``value`` into JSON-ready data (a cattrs
-            converter's ``unstructure``); default a converter that also
-            writes datetimes as ISO text and ``Decimal`` and ``UUID`` as text.
+            converter's ``unstructure``); default cattrs' JSON preset (sets
+            and tuples as lists, datetimes as ISO text, attrs classes and
+            dataclasses as objects) with ``Decimal`` and ``UUID`` as text.
 
     Raises:
         TypeError: ``cap`` is not an int.

@@ -122,20 +122,25 @@ def stats_text(stats: ScoreStats | None) -> str:
     return f"{text} ({unit})"
 
 
-def _mean_rows(summary: Summary) -> list[tuple[str, str]]:
-    """A row per score (its mean, with its interval when known) and per reduced score."""
+def _means(summary: Summary) -> list[tuple[str, str]]:
+    """``(name, text)`` per score (its mean, with its interval when known) and per reduced score."""
     rows = [
-        (f"mean {key}", stats_text(summary.score_stats[key]))
-        if key in summary.score_stats
-        else (f"mean {key}", f"{value:.4g}")
+        (
+            key,
+            stats_text(summary.score_stats[key]) if key in summary.score_stats else f"{value:.4g}",
+        )
         for key, value in summary.scores.items()
     ]
-    rows.extend((f"reduced {key}", stats_text(stats)) for key, stats in summary.reduced.items())
+    rows.extend((key, stats_text(stats)) for key, stats in summary.reduced.items())
     return rows
 
 
+def _mean_rows(summary: Summary) -> list[tuple[str, str]]:
+    return [(f"mean {key}", text) for key, text in _means(summary)]
+
+
 def _score_text(summary: Summary) -> str:
-    return "; ".join(f"{label[5:]} {text}" for label, text in _mean_rows(summary)) or "none"
+    return "; ".join(f"{key} {text}" for key, text in _means(summary)) or "none"
 
 
 def _abandoned_text(summary: Summary) -> str:

@@ -105,10 +105,7 @@ def encode_row(row: RolloutRow) -> str:
         # Read back, already bounded: written as it is.
         data = converter.unstructure(row)
         return _strict(data)
-    encoded = {
-        name: _values.encode(getattr(row, name), cap=_CAPS[name], unstructure=converter.unstructure)
-        for name in USER_FIELDS
-    }
+    encoded = {name: _values.encode(getattr(row, name), cap=_CAPS[name]) for name in USER_FIELDS}
     cleared: dict[str, Any] = dict.fromkeys(USER_FIELDS)
     bare = attrs.evolve(row, **cleared)
     data = converter.unstructure(bare)
