@@ -32,7 +32,7 @@ class Env:
             self.score = score
 
     async def run(self, task: Any) -> Any:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return self._result if self._result is not None else "done"
 
 
@@ -64,9 +64,10 @@ async def test_rows_record_the_sample_as_it_was_run(tmp_path: Path) -> None:
 
 async def test_values_json_cannot_hold_are_bounded_reprs(tmp_path: Path) -> None:
     long_input = "x" * (SAMPLE_CAP + 10)
+    odd_metadata: Any = {(1, 2): "tuple key"}
     tasks = [
         Task(input=long_input, id="long"),
-        Task(input="ok", target=float("nan"), metadata={(1, 2): "tuple key"}, id="odd"),
+        Task(input="ok", target=float("nan"), metadata=odd_metadata, id="odd"),
     ]
     await evaluate(Env(tasks, result=object()), output_dir=tmp_path)
     found = {row["task_id"]: row for row in rows(tmp_path)}
@@ -127,7 +128,8 @@ async def test_a_score_carries_its_explanation_and_metadata(tmp_path: Path) -> N
         if task.id == "plain":
             return 0.5
         if task.id == "named":
-            return Score({"exact": 1, "f1": Decimal("0.5")}, explanation="close enough")
+            mixed: Any = {"exact": 1, "f1": Decimal("0.5")}
+            return Score(mixed, explanation="close enough")
         return Score(0.0, explanation="wrong", metadata={"judge": "rule", "seen": {1, 2}})
 
     tasks = [Task(input=1, id="plain"), Task(input=2, id="named"), Task(input=3, id="meta")]
@@ -144,7 +146,7 @@ async def test_a_score_carries_its_explanation_and_metadata(tmp_path: Path) -> N
 
 async def test_a_score_that_is_not_a_number_is_an_error_row(tmp_path: Path) -> None:
     def score(task: Task, result: Any) -> Any:
-        return Score(True)  # type: ignore[arg-type]
+        return Score(True)
 
     report = await evaluate(
         Env([Task(input=1)], score=score), output_dir=tmp_path, fail_on_error=0.99
