@@ -27,6 +27,8 @@ from typing import Any, Final, final
 
 import attrs
 
+from ._checks import check_count
+
 __all__ = ["RESULT_CAP", "SAMPLE_CAP", "Encoded", "dumps", "encode", "safe_repr"]
 
 SAMPLE_CAP: Final = 8192
@@ -151,10 +153,7 @@ def encode(
         TypeError: ``cap`` is not an int.
         ValueError: ``cap`` is below 1.
     """
-    if isinstance(cap, bool) or not isinstance(cap, int):
-        raise TypeError(f"cap must be an int, not {type(cap).__name__}")
-    if cap < 1:
-        raise ValueError(f"cap must be >= 1, got {cap}")
+    check_count(cap, "cap", minimum=1)
     # The common values skip the converter and the JSON text: a short string
     # (even with every character escaped as \uXXXX) or number is its own data.
     kind = type(value)
