@@ -192,6 +192,18 @@ async def test_resume_and_the_report_read_the_new_rows_and_the_old(tmp_path: Pat
     assert view["old"].input is None
 
 
+async def test_a_killed_run_shows_the_statistics_a_finished_one_would(tmp_path: Path) -> None:
+    def score(task: Task, result: Any) -> float:
+        return 1.0 if task.id in ("a", "b") else 0.0
+
+    tasks = [Task(input=n, id=task_id) for n, task_id in enumerate("abcd")]
+    report = await evaluate(Env(tasks, score=score), rollouts=2, output_dir=tmp_path)
+    (tmp_path / "run.json").unlink()  # as if killed before its final record
+    view = read_run(tmp_path)
+    assert view.summary is None
+    assert view.score_stats() == report.score_stats
+
+
 def test_the_tolerant_row_has_every_field_of_the_written_row() -> None:
     written = {field.name for field in attrs.fields(RolloutRow)}
     shown = {field.name for field in attrs.fields(RowView)}
