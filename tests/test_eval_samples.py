@@ -117,6 +117,8 @@ def test_the_encoder_of_user_values() -> None:
     assert encode("\ud800").repr  # a lone surrogate is not UTF-8
     cut = encode(["z" * 50], cap=10)
     assert cut == type(cut)('["zzzzzzzz', truncated=True, length=54)
+    # A cap below the text of a number cuts it too.
+    assert encode(123456, cap=3) == type(cut)("123", truncated=True, length=6)
     with pytest.raises(ValueError, match="cap"):
         encode(1, cap=0)
     with pytest.raises(TypeError, match="cap"):

@@ -46,6 +46,8 @@ _BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0
 _ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
 # Ints beyond this may be slow to print, or too long to (4300 digits).
 _SHORT_INT = 10**15
+# The longest JSON text of a finite float ("-2.2250738585072014e-308"), rounded up.
+_SHORT_TEXT = 32
 
 
 def dumps(data: Any, indent: int | None = None) -> str:
@@ -156,13 +158,15 @@ def encode(
     check_count(cap, "cap", minimum=1)
     # The common values skip the converter and the JSON text: a short string
     # (even with every character escaped as \uXXXX) or number is its own data.
+    # (Any finite float or short int has a JSON text of at most 24 characters.)
     kind = type(value)
-    if value is None or kind is bool:
-        return Encoded(value)
-    if type(value) is float and math.isfinite(value):
-        return Encoded(value)
-    if type(value) is int and -_SHORT_INT < value < _SHORT_INT:
-        return Encoded(value)
+    if cap >= _SHORT_TEXT:
+        if value is None or kind is bool:
+            return Encoded(value)
+        if type(value) is float and math.isfinite(value):
+            return Encoded(value)
+        if type(value) is int and -_SHORT_INT < value < _SHORT_INT:
+            return Encoded(value)
     if type(value) is str and len(value) * 6 + 2 <= cap and _utf8(value):
         return Encoded(value)
     try:
