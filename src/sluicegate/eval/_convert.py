@@ -1,8 +1,7 @@
-"""The one cattrs converter of ``sluicegate.eval``: rows, ``run.json`` and results.
+"""The one cattrs converter of ``sluicegate.eval``'s records: rows, ``run.json``, ``tasks.jsonl``.
 
-Anything an environment's ``run`` returns goes through it too: primitives,
-mappings, sequences, attrs classes and dataclasses unstructure to JSON-ready
-values.
+The user values a row holds (the sample, the result, a score's metadata)
+are not its business: :mod:`sluicegate._values` encodes those, bounded.
 """
 
 from __future__ import annotations
