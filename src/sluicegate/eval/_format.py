@@ -114,11 +114,14 @@ def encode_row(row: RolloutRow) -> str:
     encoded = {name: _values.encode(getattr(row, name), cap=_CAPS[name]) for name in USER_FIELDS}
     bare = _unstructure_bare(row)
     data = {name: encoded[name].data if name in encoded else bare[name] for name in _ORDER}
-    data["encoding"] = {
-        name: {"repr": value.repr, "truncated": value.truncated, "length": value.length}
-        for name, value in encoded.items()
-        if not value.plain
-    }
+    data["encoding"] = converter.unstructure(
+        {
+            name: FieldEncoding(repr=value.repr, truncated=value.truncated, length=value.length)
+            for name, value in encoded.items()
+            if not value.plain
+        },
+        dict[str, FieldEncoding],
+    )
     data["result_repr"] = encoded["result"].repr
     return _strict(data)
 
