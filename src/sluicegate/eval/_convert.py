@@ -7,6 +7,7 @@ are not its business: :mod:`sluicegate._values` encodes those, bounded.
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -27,6 +28,7 @@ converter = cattrs.Converter()
 attrs.resolve_types(_taskset.Task, globalns=vars(_taskset))
 
 converter.register_unstructure_hook(datetime, lambda value: value.isoformat())
+converter.register_unstructure_hook(Path, str)
 # The classes given for --retry-on live only as long as the session: run.json
 # keeps their names.
 converter.register_unstructure_hook(
