@@ -36,7 +36,16 @@ from ._run import Rollout, RunView, read_run
 from ._svg import histograms_svg, timeline_svg
 from ._text import embed_json, html_text, inert
 
-__all__ = ["REPORT", "check_folder", "page", "where", "write_report"]
+__all__ = [
+    "CHUNK",
+    "REPORT",
+    "check_folder",
+    "page",
+    "sample_of",
+    "score_text",
+    "where",
+    "write_report",
+]
 
 REPORT: Final = "report.html"
 # Rollouts per block of embedded samples: opening a row parses one block.
@@ -114,7 +123,7 @@ def _number(value: float) -> str:
     return f"{value:.4g}"
 
 
-def _score_text(score: object) -> str:
+def score_text(score: object) -> str:
     if score is None:
         return ""
     if isinstance(score, Mapping):
@@ -156,7 +165,7 @@ def _errors(rollout: Rollout) -> list[list[str | None]]:
     return [[error.type, error.message, error.traceback] for error in every if error is not None]
 
 
-def _sample(rollout: Rollout, slot: str | None) -> list[Any]:
+def sample_of(rollout: Rollout, slot: str | None) -> list[Any]:
     """What an opened row shows beyond its cells: ``[fields, explanation, errors, started, slot]``.
 
     Each field is ``[title, value, note, is_json]``: a string is shown as it
@@ -241,11 +250,11 @@ def _rows_data(run: RunView, slots: Mapping[str, str]) -> tuple[dict[str, Any], 
             head = f"{error.type}: {error.message}" if error.message else error.type
             errors.append(head[:_ERROR_HEAD])
         score = rollout.score
-        shown.append(_score_text(score))
+        shown.append(score_text(score))
         values = score if isinstance(score, Mapping) else {"score": score}
         for name, column in scores.items():
             column.append(_finite(values.get(name)))
-        block.append(_sample(rollout, slots.get(f"{rollout.task_id} #{rollout.rollout}")))
+        block.append(sample_of(rollout, slots.get(f"{rollout.task_id} #{rollout.rollout}")))
         if len(block) == CHUNK:
             blocks.append(_sample_block(len(blocks), block))
             block = []

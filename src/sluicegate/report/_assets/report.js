@@ -403,39 +403,42 @@
 
   // ------------------------------------------------------- the comparison page
 
+  // C.changes: [task, score, a, b, delta, worse, indices in A, indices in B];
+  // a sample: [sample, score text, duration, attempts, rollout, status].
   function comparison(C) {
     var sampleA = samples("a-sample-", C.chunk), sampleB = samples("b-sample-", C.chunk);
     var holder = document.getElementById("changes");
     var more = document.getElementById("changes-more");
     var done = 0;
-    function side(name, index, of) {
+    function side(name, indices, of) {
       var box = el("div");
       box.appendChild(el("h3", "u", name));
-      if (index === null) { box.appendChild(el("p", "muted", "no sample of this task")); return box; }
-      var row = of(index);
-      box.appendChild(sample(C, row, row.scoreText, row.duration, row.attempts || 1));
+      if (!indices.length) { box.appendChild(el("p", "muted", "no row of this task")); }
+      indices.forEach(function (index) {
+        var s = of(index);
+        box.appendChild(el("div", "muted", "rollout " + s[4] + ": " + s[5]));
+        box.appendChild(sample(s[0], s[1], duration(s[2]), s[3]));
+      });
       return box;
     }
     function change(entry) {
       var details = el("details");
+      details.setAttribute("data-task", entry[0]);
       var line = el("summary");
-      var task = el("span", "u", shortId(entry.task));
-      task.title = entry.task;
+      var task = el("span", "u", shortId(entry[0]));
+      task.title = entry[0];
       line.appendChild(task);
-      line.appendChild(el("span", "num", entry.a));
-      line.appendChild(el("span", "num", entry.b));
-      line.appendChild(el("span", "num " + (entry.worse ? "worse" : "better"), entry.delta));
+      line.appendChild(el("span", "u", entry[1]));
+      line.appendChild(el("span", "num", entry[2]));
+      line.appendChild(el("span", "num", entry[3]));
+      line.appendChild(el("span", "num " + (entry[5] ? "worse" : "better"), entry[4]));
       details.appendChild(line);
       details.addEventListener("toggle", function () {
         if (!details.open || details.childNodes.length > 1) { return; }
-        for (var r = 0; r < Math.max(entry.ia.length, entry.ib.length); r++) {
-          var pair = el("div", "pair");
-          pair.appendChild(side(C.names[0] + (entry.ia.length > 1 ? " \u00b7 rollout " + r : ""),
-            r < entry.ia.length ? entry.ia[r] : null, sampleA));
-          pair.appendChild(side(C.names[1] + (entry.ib.length > 1 ? " \u00b7 rollout " + r : ""),
-            r < entry.ib.length ? entry.ib[r] : null, sampleB));
-          details.appendChild(pair);
-        }
+        var pair = el("div", "pair");
+        pair.appendChild(side(C.names[0], entry[6], sampleA));
+        pair.appendChild(side(C.names[1], entry[7], sampleB));
+        details.appendChild(pair);
       });
       return details;
     }
@@ -447,8 +450,10 @@
       more.hidden = done >= C.changes.length;
       more.textContent = "show more tasks (" + (C.changes.length - done) + " more)";
     }
-    more.addEventListener("click", add);
-    add();
+    if (holder) {
+      more.addEventListener("click", add);
+      add();
+    }
   }
 
   var rows = parse("rows-data");
