@@ -18,7 +18,7 @@ import trio
 
 from sluicegate import Drain, SampleSource, Task, Taskset
 from sluicegate.cli import main
-from sluicegate.eval import Environment, EvalReport, current_rollout, evaluate
+from sluicegate.eval import Environment, EvalReport, ScoreStats, current_rollout, evaluate
 from sluicegate.eval._config import UsageError
 
 ENVS = Path(__file__).parent / "eval_envs"
@@ -64,6 +64,17 @@ async def test_evaluate_returns_a_report(tmp_path: Path, autojump_clock: Any) ->
         stop_reason="completed",
         passed=True,
         output_dir=tmp_path,
+        # Task means 0, 1, 1: s = sqrt(1/3), stderr = s / sqrt(3) = 1/3, t(2) = 4.3027.
+        score_stats={
+            "score": ScoreStats(
+                mean=pytest.approx(2 / 3),  # type: ignore[arg-type]
+                stderr=pytest.approx(1 / 3),  # type: ignore[arg-type]
+                ci95=pytest.approx((2 / 3 - 4.30265 / 3, 2 / 3 + 4.30265 / 3), abs=1e-4),  # type: ignore[arg-type]
+                n=6,
+                tasks=3,
+                clustered=True,
+            )
+        },
     )
     assert report.exit_status == 0
     assert run_json(tmp_path)["passed"] is True

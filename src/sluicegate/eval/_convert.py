@@ -16,7 +16,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from .. import _taskset
 from ._config import EvalConfig
-from ._records import Score
+from ._score import ScoreValue
 
 __all__ = ["converter"]
 
@@ -41,7 +41,7 @@ converter.register_structure_hook(
 converter.register_structure_hook(datetime, lambda value, _: datetime.fromisoformat(value))
 
 
-def _structure_score(value: Any, _: Any) -> Score:
+def _structure_score(value: Any, _: Any) -> ScoreValue:
     if value is None:
         return None
     if isinstance(value, dict):
@@ -49,4 +49,4 @@ def _structure_score(value: Any, _: Any) -> Score:
     return float(value)
 
 
-converter.register_structure_hook(Score, _structure_score)
+converter.register_structure_hook(ScoreValue, _structure_score)
