@@ -111,7 +111,7 @@ def _report(args: argparse.Namespace) -> int:
             if len(directories) == 2:
                 from ._compare import write_comparison
 
-                written = write_comparison(*directories, args.output)
+                written = write_comparison(directories[0], directories[1], args.output)
             else:
                 from ._html import write_report
 

@@ -147,9 +147,7 @@ def render_comparison(
     shared = (
         f"<p>{comparison.shared} task(s) in both runs: the differences pair them. "
         f"{len(comparison.only_a)} only in A and {len(comparison.only_b)} only in B "
-        "are counted apart.</p>"
-        + _only(comparison.only_a, "A")
-        + _only(comparison.only_b, "B")
+        "are counted apart.</p>" + _only(comparison.only_a, "A") + _only(comparison.only_b, "B")
     )
     listing = (
         f'<p class="muted">{len(changed)} change(s), {worse} for the worse; worst regression '
@@ -162,9 +160,7 @@ def render_comparison(
         else '<p class="muted">No shared task changed its value.</p>'
     )
     body = (
-        f"<h2>Scores</h2>{_scores(comparison)}"
-        f"<h2>Tasks</h2>{shared}"
-        f"<h2>Changed tasks</h2>{listing}"
+        f"<h2>Scores</h2>{_scores(comparison)}<h2>Tasks</h2>{shared}<h2>Changed tasks</h2>{listing}"
     )
     header = (
         "<h1>B against A</h1>"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -31,6 +30,9 @@ from typing import Any, Final
 from .._trace import Timeline
 from .._util import write_atomically
 from .._version import __version__
+from ..eval._records import FieldEncoding
+from ..eval._score import score_items
+from ..eval._stats import ScoreStats, exact_mean, stats_of
 from ._layout import COLOURS, MARKS
 from ._run import Rollout, RunView, read_run
 from ._svg import histograms_svg, timeline_svg
@@ -138,30 +140,21 @@ def _finite(value: object) -> float | None:
     return None
 
 
-def _mean(values: Sequence[float]) -> float:
-    # statistics.mean is exact: finite scores whose float sum overflows
-    # (1.5e308 + 1.5e308) still have a finite mean.
-    return float(statistics.mean(values))
-
-
 # -- the rollouts as data --------------------------------------------------------------
 
 
-def _note(encoding: Any) -> str:
-    """What a field's ``encoding`` entry says of how it was written, as a short phrase."""
-    if not isinstance(encoding, Mapping):
+def _note(encoding: FieldEncoding | None) -> str:
+    """How a field was written, when not as its plain JSON value, as a short phrase."""
+    if encoding is None:
         return ""
-    notes = []
-    if encoding.get("repr"):
-        notes.append("written as its repr()")
-    if encoding.get("truncated"):
-        length = encoding.get("length")
-        notes.append(f"cut, of {length:,} characters" if isinstance(length, int) else "cut")
-    return "; ".join(notes)
+    what = "its repr()" if encoding.repr else "its JSON text"
+    if encoding.truncated:
+        return f"{what}, cut: the whole was {encoding.length:,} characters"
+    return what
 
 
 def _errors(rollout: Rollout) -> list[list[str | None]]:
-    every = [*getattr(rollout, "earlier_errors", ()), rollout.error]
+    every = [*rollout.earlier_errors, rollout.error]
     return [[error.type, error.message, error.traceback] for error in every if error is not None]
 
 
@@ -172,20 +165,20 @@ def sample_of(rollout: Rollout, slot: str | None) -> list[Any]:
     is, anything else as indented JSON. The strings are made inert with the
     whole block (:func:`embed_json`).
     """
-    encodings = getattr(rollout, "encoding", None) or {}
+    encoding = rollout.encoding
     fields = []
     for name, title in _FIELDS:
-        value = getattr(rollout, name, None)
+        value = getattr(rollout, name)
         if value is None and not (name == "result" and rollout.status == "ok"):
             continue
-        note = _note(encodings.get(name)) if encodings else ""
+        note = _note(encoding.get(name)) if encoding else ""
         fields.append([title, value, note, not isinstance(value, str)])
-    explanation = getattr(rollout, "explanation", None)
+    explanation = rollout.explanation
     return [
         fields,
         None if explanation is None else str(explanation),
-        _errors(rollout) if rollout.error is not None else [],
-        None if rollout.started_at is None else str(rollout.started_at),
+        _errors(rollout) if rollout.error is not None or rollout.earlier_errors else [],
+        rollout.started_at,
         slot,
     ]
 
@@ -282,30 +275,44 @@ def _card(value: object, what: str, detail: str = "") -> str:
     return f'<div class="card"><b>{_text(value)}</b><span>{_text(what)}</span>{more}</div>'
 
 
-def _interval(stats: Any) -> tuple[float, float] | None:
-    ci = stats.get("ci95") if isinstance(stats, Mapping) else getattr(stats, "ci95", None)
-    if isinstance(ci, Sequence) and len(ci) == 2:
-        low, high = (_finite(value) for value in ci)
-        if low is not None and high is not None:
-            return low, high
-    return None
+def _stats_card(name: str, stats: ScoreStats, unit: str) -> str:
+    detail = f"over {stats.n:,} {unit}"
+    if stats.clustered:
+        detail += f" of {stats.tasks:,} tasks"
+    if stats.ci95 is not None:
+        low, high = stats.ci95
+        detail = f"95% CI {_number(low)} to {_number(high)}, {detail}"
+    return _card(_number(stats.mean), f"mean {name}", detail)
+
+
+def _stats(by_task: Mapping[str, Sequence[float]]) -> ScoreStats | None:
+    try:
+        return stats_of(by_task)
+    except OverflowError:
+        # The spread of finite scores near the float limit (+-1.5e308) has no
+        # float: the mean alone is still worth showing.
+        values = [value for group in by_task.values() for value in group]
+        return ScoreStats(mean=exact_mean(values), n=len(values), tasks=len(by_task))
 
 
 def _score_cards(run: RunView) -> list[str]:
-    """Each score's mean (with its 95% interval when ``run.json`` gives one), from the rows.
+    """Each score's mean with its 95% interval, from the rows (docs/eval.md, "Statistics").
 
-    The means come from the rows, not from ``run.json``, so that a run a
-    kill stopped before it wrote its summary gets the same cards.
+    From the rows, not from ``run.json``, so that a run a kill stopped
+    before it wrote its summary gets the same cards as a finished one.
     """
-    recorded = getattr(run.summary, "stats", None) or {}
+    groups: dict[str, dict[str, list[float]]] = {}
+    for rollout in run.rollouts:
+        if rollout.status != "ok":
+            continue
+        for name, value in score_items(rollout.score):
+            if math.isfinite(value):
+                groups.setdefault(name, {}).setdefault(rollout.task_id, []).append(value)
     cards = []
-    for name, values in run.score_series().items():
-        stats = recorded.get(name) if isinstance(recorded, Mapping) else None
-        interval = _interval(stats)
-        detail = f"over {len(values)}"
-        if interval is not None:
-            detail = f"95% CI {_number(interval[0])} to {_number(interval[1])}, {detail}"
-        cards.append(_card(_number(_mean(values)), f"mean {name}", detail))
+    for name, by_task in groups.items():
+        stats = _stats(by_task)
+        if stats is not None:
+            cards.append(_stats_card(name, stats, "rollouts"))
     return cards
 
 
@@ -371,15 +378,14 @@ def _setting(value: Any) -> str:
 
 
 def _configuration(run: RunView) -> str:
-    """Every setting ``run.json`` records, ``-T`` arguments included."""
-    summary = run.summary
-    config = getattr(summary, "config", None)
-    task_args = getattr(summary, "task_args", None)
+    """Every setting ``run.json`` records, each ``-T`` argument on a line of its own."""
+    config = run.summary.config if run.summary is not None else {}
     facts: list[tuple[str, str]] = []
-    if isinstance(config, Mapping):
-        facts.extend((str(key), _setting(value)) for key, value in config.items())
-    if isinstance(task_args, Mapping):
-        facts.extend((f"-T {key}", _setting(value)) for key, value in task_args.items())
+    for key, value in config.items():
+        if key == "task_args" and isinstance(value, Mapping) and value:
+            facts.extend((f"-T {name}", _setting(argument)) for name, argument in value.items())
+        else:
+            facts.append((str(key), _setting(value)))
     if not facts:
         return '<p class="muted">run.json records no configuration.</p>'
     return _facts(facts)
@@ -387,33 +393,31 @@ def _configuration(run: RunView) -> str:
 
 def _reduced(run: RunView) -> tuple[str, str | None]:
     """The per-task reduced table's section and its data, when the run reduced."""
-    tasks = getattr(run, "tasks", None)
+    tasks = run.tasks
     if not tasks:
         return "", None
-    names: list[str] = []
+    names: dict[str, None] = {}
     for task in tasks:
-        names.extend(name for name in getattr(task, "reduced", {}) if name not in names)
+        names.update(dict.fromkeys(task.reduced))
     rows = []
-    columns: dict[str, list[float]] = {name: [] for name in names}
+    columns: dict[str, dict[str, list[float]]] = {name: {} for name in names}
     for task in tasks:
-        reduced = getattr(task, "reduced", {})
-        values = [_finite(reduced.get(name)) for name in names]
+        values = [_finite(task.reduced.get(name)) for name in names]
         for name, value in zip(names, values, strict=True):
             if value is not None:
-                columns[name].append(value)
-        rows.append([str(task.task_id), getattr(task, "rollouts", None), *values])
-    means = [
-        _card(_number(_mean(values)), f"mean {name}", f"over {len(values)} tasks")
-        for name, values in columns.items()
-        if values
-    ]
+                columns[name][task.task_id] = [value]
+        rows.append([task.task_id, task.rollouts, *values])
+    cards = []
+    for name, by_task in columns.items():
+        stats = _stats(by_task)
+        if stats is not None:
+            cards.append(_stats_card(name, stats, "tasks"))
     section = (
-        f'<div class="cards">{"".join(means)}</div>'
+        f'<div class="cards">{"".join(cards)}</div>'
         '<div class="tablewrap"><table id="tasks" class="grid"></table></div>'
-        '<button type="button" id="tasks-more" hidden>show more tasks</button>'
+        '<button type="button" id="tasks-more" class="edge" hidden></button>'
     )
-    data = {"names": names, "rows": rows}
-    return section, _json_block("tasks-data", data)
+    return section, _json_block("tasks-data", {"names": list(names), "rows": rows})
 
 
 # -- the timeline and the table --------------------------------------------------------

@@ -368,6 +368,8 @@
       });
     }
     apply();
+    // When the first rows are in the page (what docs/observe.md measures).
+    if (window.performance && performance.mark) { performance.mark("sluicegate:rows"); }
   }
 
   // ------------------------------------------------- the per-task reduced table
