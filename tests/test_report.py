@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from observe_runs import NASTY_ID, embedded, samples, write_eval_run
+from observe_runs import NASTY_ID, embedded, fields, samples, write_eval_run
 from sluicegate.cli import main
 from sluicegate.report import write_report
 
@@ -144,3 +144,77 @@ def test_report_of_several_scores(tmp_path: Path) -> None:
     assert isinstance(scores, dict) and list(scores) == ["exact", "<f1>", "score"]
     assert scores["<f1>"][:2] == [0.5, None]
     assert "&lt;f1&gt;: mean 0.5 over 1" in page
+
+
+FACTORY = """
+from sluicegate import Task, Taskset
+from sluicegate.eval import Score
+
+
+class Env:
+    taskset = Taskset.from_iterable(
+        [Task(input=f"{n} + 1", target=n + 1, id=f"t{n}") for n in range(4)]
+    )
+
+    def __init__(self, offset=0):
+        self.offset = offset
+
+    async def run(self, task):
+        return int(task.input.split(" + ")[0]) + 1 + self.offset
+
+    def score(self, task, result):
+        right = result == task.target
+        return Score(float(right), explanation=f"said {result}, wanted {task.target}")
+"""
+
+
+def test_report_of_a_reduced_run_with_task_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "target.py").write_text(FACTORY, encoding="utf-8")
+    out = tmp_path / "run"
+    argv = ["eval", f"{tmp_path / 'target.py'}:Env", "-o", str(out), "--display", "none"]
+    argv += ["-r", "2", "--reduce", "pass_at_1", "--reduce", "max", "-T", "offset=0"]
+    assert main(argv) == 0
+    assert main(["report", str(out)]) == 0
+    capsys.readouterr()
+    page = (out / "report.html").read_text(encoding="utf-8")
+    # Every setting of run.json, the -T arguments on their own lines.
+    assert "<tr><th>-T offset</th><td>0</td></tr>" in page
+    assert "<tr><th>rollouts</th><td>2</td></tr>" in page
+    assert "<tr><th>reduce</th><td>[&quot;pass_at_1&quot;, &quot;max&quot;]</td></tr>" in page
+    # The per-task reduced values, and each mean with its interval.
+    tasks = embedded(page, "tasks-data")
+    assert tasks["names"] == ["pass_at_1", "max"]
+    assert tasks["rows"] == [[f"t{n}", 2, 1.0, 1.0] for n in range(4)]
+    assert "<b>1</b><span>mean pass_at_1</span><small>95% CI 1 to 1, over 4 tasks</small>" in page
+    card = "<b>1</b><span>mean score</span><small>95% CI 1 to 1, over 8 rollouts of 4 tasks"
+    assert card in page
+    (sample,) = [s for s in samples(page) if fields(s)["input"][1] == "2 + 1"][:1]
+    assert sample[1] == "said 3, wanted 3"
+    assert fields(sample)["target"][1:] == [3, "", True]
+
+
+def test_a_killed_run_shows_the_cards_of_a_finished_one(tmp_path: Path) -> None:
+    finished, killed = tmp_path / "finished", tmp_path / "killed"
+    write_eval_run(finished, 40, trace=False)
+    write_eval_run(killed, 40, trace=False)
+    # What a run.json holds when its session was killed: the first write only.
+    record = json.loads((killed / "run.json").read_text())
+    record.update(
+        ended_at=None,
+        stop_reason=None,
+        error=None,
+        passed=None,
+        reasons=[],
+        counts={"planned": 40, "ok": 0, "error": 0, "resumed": 0},
+        scores={},
+    )
+    (killed / "run.json").write_text(json.dumps(record))
+
+    def cards(run: Path) -> list[str]:
+        page = write_report(run).read_text(encoding="utf-8")
+        return re.findall(r'<div class="card">.*?</div>', page)
+
+    assert cards(killed) == cards(finished)
+    assert any("95% CI" in card and "mean score" in card for card in cards(killed))

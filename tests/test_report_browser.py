@@ -86,6 +86,8 @@ def test_a_row_opens_to_its_whole_sample(page: Any, report: Path) -> None:
     page.goto(report.as_uri())
     assert page.locator("#shown").text_content() == "400 of 400 rollouts"
     assert len(shown(page)) == 200  # the rest is drawn as the list scrolls
+    assert not page.locator("#earlier").is_visible()
+    assert page.locator("#later").text_content() == "show more rows (200 below)"
 
     # An ok row: its input, target, result and the score's explanation.
     row = page.locator('#rows details[data-i="0"]')
