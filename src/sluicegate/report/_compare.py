@@ -167,12 +167,10 @@ def render_comparison(
         f'<div class="muted">A (the baseline): <code>{_text(name_a)}</code> \u00b7 '
         f"B: <code>{_text(name_b)}</code></div>"
     )
-    data_blocks = [
-        f'<script type="application/json" id="compare-data">{embed_json(data)}</script>',
-        *blocks_a,
-        *blocks_b,
-    ]
-    return page(f"{name_b} against {name_a}", header, body, data=data_blocks)
+    data_blocks = [f'<script type="application/json" id="compare-data">{embed_json(data)}</script>']
+    return page(
+        f"{name_b} against {name_a}", header, body, data=data_blocks, late=[*blocks_a, *blocks_b]
+    )
 
 
 def write_comparison(

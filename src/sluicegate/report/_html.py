@@ -73,12 +73,16 @@ def _asset(name: str) -> str:
     return (resources.files(__package__) / "_assets" / name).read_text(encoding="utf-8")
 
 
-def page(title: str, header: str, body: str, *, data: Iterable[str] = ()) -> str:
-    """A whole page: ``<head>`` with the shared CSS, then ``header``, ``body``, data and script.
+def page(
+    title: str, header: str, body: str, *, data: Iterable[str] = (), late: Iterable[str] = ()
+) -> str:
+    """A whole page: ``<head>`` with the shared CSS, ``header``, ``body``, data, script, ``late``.
 
     ``title`` is plain text; ``header`` and ``body`` are HTML whose user
-    text is already escaped; ``data`` are ``<script type="application/json">``
-    elements.
+    text is already escaped; ``data`` and ``late`` are ``<script
+    type="application/json">`` elements, the first read as the script
+    starts, the second (the samples, most of a large page) after it: the
+    script draws the first rows while the browser still reads them.
     """
     colours = "".join(f"--{name}: {colour}; " for name, colour in COLOURS.items())
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -95,7 +99,9 @@ def page(title: str, header: str, body: str, *, data: Iterable[str] = ()) -> str
             f"<header>{header}</header><main>{body}</main>",
             f"<footer>sluicegate {_text(__version__)} · generated {generated}</footer>",
             *data,
-            f"<script>{_asset('report.js')}</script></body></html>\n",
+            f"<script>{_asset('report.js')}</script>",
+            *late,
+            "</body></html>\n",
         ]
     )
 
@@ -166,13 +172,20 @@ def sample_of(rollout: Rollout, slot: str | None) -> list[Any]:
     whole block (:func:`embed_json`).
     """
     encoding = rollout.encoding
+    values = (
+        rollout.input,
+        rollout.system_prompt,
+        rollout.target,
+        rollout.result,
+        rollout.metadata,
+        rollout.score_metadata,
+    )
     fields = []
-    for name, title in _FIELDS:
-        value = getattr(rollout, name)
+    for (name, title), value in zip(_FIELDS, values, strict=True):
         if value is None and not (name == "result" and rollout.status == "ok"):
             continue
         note = _note(encoding.get(name)) if encoding else ""
-        fields.append([title, value, note, not isinstance(value, str)])
+        fields.append([title, value, note, type(value) is not str])
     explanation = rollout.explanation
     return [
         fields,
@@ -222,7 +235,7 @@ def _rows_data(run: RunView, slots: Mapping[str, str]) -> tuple[dict[str, Any], 
     names: dict[str, None] = {}
     for rollout in rollouts:
         score = rollout.score
-        if isinstance(score, Mapping):
+        if isinstance(score, dict):
             names.update(dict.fromkeys(score))
         elif score is not None:
             names["score"] = None
@@ -244,7 +257,7 @@ def _rows_data(run: RunView, slots: Mapping[str, str]) -> tuple[dict[str, Any], 
             errors.append(head[:_ERROR_HEAD])
         score = rollout.score
         shown.append(score_text(score))
-        values = score if isinstance(score, Mapping) else {"score": score}
+        values = score if isinstance(score, dict) else {"score": score}
         for name, column in scores.items():
             column.append(_finite(values.get(name)))
         block.append(sample_of(rollout, slots.get(f"{rollout.task_id} #{rollout.rollout}")))
@@ -296,10 +309,12 @@ def _stats(by_task: Mapping[str, Sequence[float]]) -> ScoreStats | None:
 
 
 def _score_cards(run: RunView) -> list[str]:
-    """Each score's mean with its 95% interval, from the rows (docs/eval.md, "Statistics").
+    """Each score's mean with its 95% interval over the rows (docs/eval.md, "Statistics").
 
-    From the rows, not from ``run.json``, so that a run a kill stopped
-    before it wrote its summary gets the same cards as a finished one.
+    ``run.json``'s statistics when they are over the same rows; computed
+    from the rows when it has none (a run a kill stopped before it wrote
+    its summary gets the same cards as a finished one) or they are of fewer
+    rows (a resumed session still running).
     """
     groups: dict[str, dict[str, list[float]]] = {}
     for rollout in run.rollouts:
@@ -308,9 +323,13 @@ def _score_cards(run: RunView) -> list[str]:
         for name, value in score_items(rollout.score):
             if math.isfinite(value):
                 groups.setdefault(name, {}).setdefault(rollout.task_id, []).append(value)
+    recorded = run.summary.score_stats if run.summary is not None else {}
     cards = []
     for name, by_task in groups.items():
-        stats = _stats(by_task)
+        stats = recorded.get(name)
+        if stats is None or stats.n != sum(len(values) for values in by_task.values()):
+            # Exact arithmetic: a second or so per 100,000 rows.
+            stats = _stats(by_task)
         if stats is not None:
             cards.append(_stats_card(name, stats, "rollouts"))
     return cards
@@ -571,15 +590,15 @@ def render(directory: Path, output: Path) -> str:
         sections.append(
             f"<details><summary><h2>Configuration</h2></summary>{_configuration(run)}</details>"
         )
+    blocks: list[str] = []
     if run.rollouts:
         rows, blocks = _rows_data(run, slots)
         data.append(_json_block("rows-data", rows))
-        data.extend(blocks)
     header = (
         f"<h1>{_text(title)} {badge}</h1>"
         f'<div class="muted">run directory: <code>{_text(where(directory, output))}</code></div>'
     )
-    return page(title, header, "".join(sections), data=data)
+    return page(title, header, "".join(sections), data=data, late=blocks)
 
 
 def write_report(

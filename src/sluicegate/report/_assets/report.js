@@ -110,6 +110,16 @@
     return box;
   }
 
+  // Runs ``then`` once the whole page is read: the samples come after the
+  // script, so that the first rows show while the browser still reads them.
+  function whenRead(then) {
+    if (document.readyState === "loading") {
+      document.addEventListener("DOMContentLoaded", then);
+    } else {
+      then();
+    }
+  }
+
   // Blocks of samples, parsed on first use.
   function samples(prefix, chunk) {
     var cache = {};
@@ -232,10 +242,12 @@
       line.appendChild(error);
       details.appendChild(line);
       details.addEventListener("toggle", function () {
-        if (details.open && details.childNodes.length === 1) {
+        if (!details.open || details.filled) { return; }
+        details.filled = true;
+        whenRead(function () {
           details.appendChild(sample(sampleOf(i), D.score[i], duration(D.duration[i]),
             D.attempts[i]));
-        }
+        });
       });
       return details;
     }
@@ -436,11 +448,14 @@
       line.appendChild(el("span", "num " + (entry[5] ? "worse" : "better"), entry[4]));
       details.appendChild(line);
       details.addEventListener("toggle", function () {
-        if (!details.open || details.childNodes.length > 1) { return; }
-        var pair = el("div", "pair");
-        pair.appendChild(side(C.names[0], entry[6], sampleA));
-        pair.appendChild(side(C.names[1], entry[7], sampleB));
-        details.appendChild(pair);
+        if (!details.open || details.filled) { return; }
+        details.filled = true;
+        whenRead(function () {
+          var pair = el("div", "pair");
+          pair.appendChild(side(C.names[0], entry[6], sampleA));
+          pair.appendChild(side(C.names[1], entry[7], sampleB));
+          details.appendChild(pair);
+        });
       });
       return details;
     }
