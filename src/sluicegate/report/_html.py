@@ -338,12 +338,12 @@ def _score_cards(run: RunView) -> list[str]:
 def _summary(run: RunView) -> str:
     summary = run.summary
     statuses = Counter(rollout.status for rollout in run.rollouts)
-    cards = [_card(len(run.rollouts), "rollouts recorded")]
-    cards.extend(_card(count, status) for status, count in sorted(statuses.items()))
+    cards = [_card(f"{len(run.rollouts):,}", "rollouts recorded")]
+    cards.extend(_card(f"{count:,}", status) for status, count in sorted(statuses.items()))
     if summary is not None:
         for name in ("planned", "resumed", "abandoned", "cut_short"):
             if summary.counts.get(name):
-                cards.append(_card(summary.counts[name], name.replace("_", " ")))
+                cards.append(_card(f"{summary.counts[name]:,}", name.replace("_", " ")))
     cards.extend(_score_cards(run))
     facts: list[tuple[str, str]] = []
     if summary is not None:
@@ -426,15 +426,18 @@ def _reduced(run: RunView) -> tuple[str, str | None]:
             if value is not None:
                 columns[name][task.task_id] = [value]
         rows.append([task.task_id, task.rollouts, *values])
+    recorded = run.summary.reduced if run.summary is not None else {}
     cards = []
     for name, by_task in columns.items():
-        stats = _stats(by_task)
+        stats = recorded.get(name)
+        if stats is None or stats.n != len(by_task):
+            stats = _stats(by_task)
         if stats is not None:
             cards.append(_stats_card(name, stats, "tasks"))
     section = (
         f'<div class="cards">{"".join(cards)}</div>'
-        '<div class="tablewrap"><table id="tasks" class="grid"></table></div>'
-        '<button type="button" id="tasks-more" class="edge" hidden></button>'
+        '<div class="tablewrap tall"><table id="tasks" class="grid"></table>'
+        '<button type="button" id="tasks-more" class="edge" hidden></button></div>'
     )
     return section, _json_block("tasks-data", {"names": list(names), "rows": rows})
 
@@ -576,6 +579,10 @@ def render(directory: Path, output: Path) -> str:
     data = []
     if run.is_eval:
         sections.append(f"<h2>Summary</h2>{_summary(run)}")
+        sections.append(
+            f'<details class="section"><summary><h2>Configuration</h2></summary>'
+            f"{_configuration(run)}</details>"
+        )
     slots, outcomes = _slots(timelines)
     timeline = _timeline(timelines, problem, outcomes, bool(run.rollouts))
     sections.append(f"<h2>Timeline</h2>{timeline}")
@@ -587,9 +594,6 @@ def render(directory: Path, output: Path) -> str:
         data.append(tasks)
     if run.is_eval:
         sections.append(f"<h2>Rollouts</h2>{_table(run)}")
-        sections.append(
-            f"<details><summary><h2>Configuration</h2></summary>{_configuration(run)}</details>"
-        )
     blocks: list[str] = []
     if run.rollouts:
         rows, blocks = _rows_data(run, slots)
