@@ -36,6 +36,7 @@ TRACEBACK = (
     "ValueError: bad answer <b>5</b>\n"
 )
 BIDI_ID = "evil\u202etxt.exe"
+LONG_ID = "a-task-id-" + "x" * 80 + "-that-ends-here"
 
 
 def rows_of(run: Path) -> list[dict[str, Any]]:
@@ -51,6 +52,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rows = rows_of(run)
     rows[5]["error"]["traceback"] = TRACEBACK
     rows[8]["task_id"] = BIDI_ID
+    rows[10]["task_id"] = LONG_ID
     (run / "results.jsonl").write_text(
         "".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8"
     )
@@ -119,6 +121,10 @@ def test_a_row_opens_to_its_whole_sample(page: Any, report: Path) -> None:
     # Text from the run is text: a script id is shown, a bidi override is inert.
     assert page.locator('#rows details[data-i="3"] .task').text_content() == NASTY_ID
     assert page.locator('#rows details[data-i="8"] .task').text_content() == "evil\\u202etxt.exe"
+    # A long id is shortened, whole on hover.
+    long = page.locator('#rows details[data-i="10"] .task')
+    assert long.text_content() == "a-task-id-xxxxxxxxxxxxx\u2026xxxxxxxx-that-ends-here"
+    assert long.get_attribute("title") == LONG_ID
     shutil.copy(report, SHOTS / "report.html")
 
 
