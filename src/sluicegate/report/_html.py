@@ -501,15 +501,18 @@ def _table(run: RunView) -> str:
         f"{_text(status)} ({count})</button>"
         for status, count in sorted(statuses.items())
     )
+    # Not a table to assistive technology (the rows are disclosure widgets):
+    # the headers are sort buttons that say their order in their name.
     headers = "".join(
-        f'<div role="columnheader" class="{kind}" data-sort="{key}" aria-sort="none">'
-        f'<button type="button">{name}</button></div>'
+        f'<div class="{kind}" data-sort="{key}" data-order="none">'
+        f'<button type="button" aria-label="{name}: sort">{name}</button></div>'
         if key != "error"
-        else f'<div role="columnheader">{name}</div>'
+        else f"<div>{name}</div>"
         for key, name, kind in _COLUMNS
     )
     return (
-        '<div class="rollouts" id="rollouts" aria-label="rollouts"><div class="sticky">'
+        '<div class="rollouts" id="rollouts" role="region" aria-label="rollouts">'
+        '<div class="sticky">'
         '<div class="controls" role="search">'
         + "".join(buttons)
         + '<input id="search" type="search" placeholder="search task id" '
@@ -523,7 +526,7 @@ def _table(run: RunView) -> str:
         '<input id="score-max" type="number" step="any" placeholder="max" '
         'aria-label="highest score shown"></span>'
         '<span id="shown" class="muted" role="status"></span></div>'
-        f'<div class="rh" role="row">{headers}</div></div>'
+        f'<div class="rh" role="group" aria-label="columns">{headers}</div></div>'
         '<button type="button" id="earlier" class="edge" hidden></button>'
         '<div id="rows"></div>'
         '<button type="button" id="later" class="edge" hidden></button>'

@@ -301,7 +301,11 @@
       sorted = null;
       headers.forEach(function (header) {
         var mine = header.getAttribute("data-sort") === name;
-        header.setAttribute("aria-sort", mine ? (descending ? "descending" : "ascending") : "none");
+        var order = mine ? (descending ? "descending" : "ascending") : "none";
+        var button = header.querySelector("button");
+        header.setAttribute("data-order", order);
+        button.setAttribute("aria-label", button.textContent + ": " +
+          (mine ? "sorted " + order + ", press to reverse" : "sort"));
       });
       apply();
     }
