@@ -53,6 +53,13 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rows[5]["error"]["traceback"] = TRACEBACK
     rows[8]["task_id"] = BIDI_ID
     rows[10]["task_id"] = LONG_ID
+    # Row 13 passed on its third attempt; row 5 failed twice.
+    rows[13]["attempts"] = 3
+    rows[13]["earlier_errors"] = [
+        {"type": "TimeoutError", "message": f"slow {n}", "traceback": None} for n in (1, 2)
+    ]
+    rows[5]["attempts"] = 2
+    rows[5]["earlier_errors"] = [{"type": "ConnectionError", "message": "reset", "traceback": None}]
     (run / "results.jsonl").write_text(
         "".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8"
     )
@@ -114,9 +121,22 @@ def test_a_row_opens_to_its_whole_sample(page: Any, report: Path) -> None:
     assert not folded.locator("pre").is_visible()
     folded.locator("summary").click()
     assert "sluicegate/eval/_rollout.py" in folded.locator("pre").inner_text()
+    labels = row.locator(".sample dt").all_text_contents()
+    assert labels[-3:] == ["attempt 1 of 2", "attempt 2 of 2", "ran"]
+    assert "ConnectionError: reset" in row.locator(".sample").inner_text()
     SHOTS.mkdir(parents=True, exist_ok=True)
     row.scroll_into_view_if_needed()
     page.screenshot(path=str(SHOTS / "report-row.png"))
+
+    # Every attempt's error, of a rollout that passed on a retry too.
+    row = page.locator('#rows details[data-i="13"]')
+    row.locator("summary").click()
+    labels = row.locator(".sample dt").all_text_contents()
+    assert [label for label in labels if label.startswith("attempt")] == [
+        "attempt 1 of 3",
+        "attempt 2 of 3",
+    ]
+    assert "TimeoutError: slow 2" in row.locator(".sample").inner_text()
 
     # Text from the run is text: a script id is shown, a bidi override is inert.
     assert page.locator('#rows details[data-i="3"] .task').text_content() == NASTY_ID

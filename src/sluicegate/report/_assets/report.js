@@ -72,7 +72,7 @@
   // The whole sample of one rollout, as a definition list. ``row`` is
   // [fields, explanation, errors, started, slot]; a field is
   // [name, value, note, shown as JSON] (a string is shown as it is).
-  function sample(row, scoreText, durationText, attempts) {
+  function sample(row, scoreText, durationText, attempts, ok) {
     var fields = row[0], explanation = row[1], errors = row[2], started = row[3], slot = row[4];
     var box = el("div", "sample"), list = el("dl");
     function item(name, content, note) {
@@ -93,12 +93,15 @@
       if (explanation) { score.appendChild(el("pre", "explanation", explanation)); }
       item("score", score);
     }
+    // The errors are those of the last attempts that failed: all of them for
+    // an error row, all but the last for a row that passed on a retry.
+    var first = (ok ? attempts - 1 : attempts) - errors.length + 1;
     for (var k = 0; k < errors.length; k++) {
       var error = errors[k], attempt = el("div", "attempt");
       attempt.appendChild(el("b", "u", error[1] ? error[0] + ": " + error[1] : error[0]));
       if (error[2]) { attempt.appendChild(traceback(error[2])); }
-      item(errors.length > 1 ? "attempt " + (attempts - errors.length + k + 1) +
-        " of " + attempts : "error", attempt);
+      item(attempts > 1 ? "attempt " + Math.max(1, first + k) + " of " + attempts : "error",
+        attempt);
     }
     var when = [];
     if (durationText) { when.push(durationText); }
@@ -246,7 +249,7 @@
         details.filled = true;
         whenRead(function () {
           details.appendChild(sample(sampleOf(i), D.score[i], duration(D.duration[i]),
-            D.attempts[i]));
+            D.attempts[i], D.status[i] === "ok"));
         });
       });
       return details;
@@ -435,7 +438,7 @@
       indices.forEach(function (index) {
         var s = of(index);
         box.appendChild(el("div", "muted", "rollout " + s[4] + ": " + s[5]));
-        box.appendChild(sample(s[0], s[1], duration(s[2]), s[3]));
+        box.appendChild(sample(s[0], s[1], duration(s[2]), s[3], s[5] === "ok"));
       });
       return box;
     }
