@@ -81,6 +81,8 @@ def test_report_header_names_the_run_directory_from_where_it_is_written(tmp_path
     page = write_report(run, tmp_path / "pages" / "r.html").read_text(encoding="utf-8")
     assert "run directory: <code>../runs/first</code>" in page
     assert str(tmp_path) not in page
+    # A folder as the output gets report.html inside it.
+    assert write_report(run, tmp_path / "pages") == tmp_path / "pages" / "report.html"
     page = write_report(run).read_text(encoding="utf-8")
     assert "run directory: <code>this folder</code>" in page
 

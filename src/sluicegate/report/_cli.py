@@ -57,7 +57,8 @@ def register(commands: Any) -> None:
         "-o",
         "--output",
         metavar="FILE",
-        help="default RUN_DIR/report.html, or RUN_B/compare.html for two runs",
+        help="the page to write (report.html or compare.html inside it when it is a "
+        "directory); default RUN_DIR/report.html, or RUN_B/compare.html for two runs",
     )
     report.set_defaults(handler=_report)
 

@@ -183,7 +183,8 @@ def write_comparison(
     Args:
         run_a: The baseline's run directory.
         run_b: The candidate's run directory.
-        output: Where to write; default ``RUN_B/compare.html``.
+        output: Where to write (``compare.html`` inside it when it is a
+            directory); default ``RUN_B/compare.html``.
 
     Returns:
         The path written.
@@ -198,7 +199,9 @@ def write_comparison(
     for directory in (a, b):
         if not directory.is_dir():
             raise FileNotFoundError(f"{directory} is not a directory")
-    path = Path(output) if output is not None else b / COMPARE
+    path = Path(output) if output is not None else b
+    if path.is_dir():
+        path /= COMPARE
     check_folder(path)
     comparison = compare_runs(a, b)
     text = render_comparison(comparison, read_run(a), read_run(b), path)

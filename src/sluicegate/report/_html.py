@@ -615,7 +615,8 @@ def write_report(
 
     Args:
         directory: An evaluation's run directory, or any directory with a trace.
-        output: Where to write; default ``DIRECTORY/report.html``.
+        output: Where to write (``report.html`` inside it when it is a
+            directory); default ``DIRECTORY/report.html``.
 
     Returns:
         The path written.
@@ -628,7 +629,9 @@ def write_report(
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory} is not a directory")
-    path = Path(output) if output is not None else directory / REPORT
+    path = Path(output) if output is not None else directory
+    if path.is_dir():
+        path /= REPORT
     check_folder(path)
     write_atomically(path, render(directory, path))
     return path
