@@ -24,6 +24,7 @@ def two_runs(tmp_path: Path) -> tuple[Path, Path]:
     for row in rows:
         if row["task_id"] == "task-00004":
             row["score"] = -1.0
+            row["result"] = {"answer": float("nan")}  # hand-edited: JSON has no NaN
         if row["task_id"] == "task-00009":
             row["score"] = 2.0
     rows = [row for row in rows if row["task_id"] != "task-00011"]
@@ -54,6 +55,8 @@ def test_report_of_two_runs_compares_them(
     assert changes[-1][0] == "task-00009"
     assert [change[0] for change in changes] == [change.task_id for change in comparison.changed]
     assert all(len(change[6]) == len(change[7]) == 2 for change in changes)
+    worst = embedded(page, "b-sample-0")[changes[0][7][0]]
+    assert [field[1] for field in worst[0] if field[0] == "result"] == ["{'answer': nan}"]
     # The tasks only one run has, counted apart (and their ids are text).
     assert "1 only in A and 1 only in B are counted apart" in page
     assert "&lt;/script&gt;&lt;b&gt;new&lt;/b&gt;" in page

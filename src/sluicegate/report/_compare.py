@@ -19,7 +19,7 @@ from typing import Any, Final
 from .._util import write_atomically
 from ..eval._compare import Comparison, ScoreComparison, compare_runs
 from ..eval._stats import ScoreStats
-from ._html import CHUNK, check_folder, page, sample_of, score_text, where
+from ._html import CHUNK, check_folder, finite, page, sample_block, sample_of, score_text, where
 from ._run import Rollout, RunView, read_run
 from ._text import embed_json, html_text
 
@@ -100,11 +100,12 @@ def _samples(
     for task, rollouts in by_task.items():
         rollouts.sort(key=lambda rollout: rollout.rollout)
         indices[task] = list(range(len(entries), len(entries) + len(rollouts)))
+        # The report's sample, and what the report's row shows of it.
         entries.extend(
             [
-                sample_of(rollout, None),
+                *sample_of(rollout, None),
                 score_text(rollout.score),
-                rollout.duration_s,
+                finite(rollout.duration_s),
                 rollout.attempts,
                 rollout.rollout,
                 rollout.status,
@@ -112,8 +113,7 @@ def _samples(
             for rollout in rollouts
         )
     blocks = [
-        f'<script type="application/json" id="{prefix}{number}">'
-        f"{embed_json(entries[start : start + CHUNK])}</script>"
+        sample_block(f"{prefix}{number}", entries[start : start + CHUNK])
         for number, start in enumerate(range(0, len(entries), CHUNK))
     ]
     return indices, blocks

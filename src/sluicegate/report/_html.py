@@ -31,7 +31,7 @@ from .._trace import Timeline
 from .._util import write_atomically
 from .._version import __version__
 from ..eval._records import FieldEncoding
-from ..eval._score import score_items
+from ..eval._score import ScoreValue, score_items
 from ..eval._stats import ScoreStats, exact_mean, stats_of
 from ._layout import COLOURS, MARKS
 from ._run import Rollout, RunView, read_run
@@ -42,7 +42,9 @@ __all__ = [
     "CHUNK",
     "REPORT",
     "check_folder",
+    "finite",
     "page",
+    "sample_block",
     "sample_of",
     "score_text",
     "where",
@@ -131,16 +133,17 @@ def _number(value: float) -> str:
     return f"{value:.4g}"
 
 
-def score_text(score: object) -> str:
+def score_text(score: ScoreValue) -> str:
+    """A row's score as its cell shows it: ``0.75``, or ``exact=1, f1=0.5``."""
     if score is None:
         return ""
     if isinstance(score, Mapping):
         return ", ".join(f"{name}={_number(value)}" for name, value in score.items())
-    assert isinstance(score, float)
     return _number(score)
 
 
-def _finite(value: object) -> float | None:
+def finite(value: object) -> float | None:
+    """``value`` as a float when it is a finite number, else None (JSON has no NaN)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
@@ -196,17 +199,17 @@ def sample_of(rollout: Rollout, slot: str | None) -> list[Any]:
     ]
 
 
-def _sample_block(number: int, block: list[list[Any]]) -> str:
-    element = f"sample-{number}"
+def sample_block(element_id: str, block: list[list[Any]]) -> str:
+    """A ``<script type="application/json">`` element of samples (:func:`sample_of`'s lists)."""
     try:
-        return _json_block(element, block)
+        return _json_block(element_id, block)
     except ValueError:
         # A value JSON cannot hold (NaN in a hand-edited row): shown as its repr.
         for sample in block:
             for field in sample[0]:
                 if field[3]:
                     field[1:] = [repr(field[1]), field[2], False]
-        return _json_block(element, block)
+        return _json_block(element_id, block)
 
 
 def _slots(timelines: Sequence[Timeline] | None) -> tuple[dict[str, str], Counter[str]]:
@@ -248,7 +251,7 @@ def _rows_data(run: RunView, slots: Mapping[str, str]) -> tuple[dict[str, Any], 
         number.append(rollout.rollout)
         status.append(rollout.status)
         attempts.append(rollout.attempts)
-        duration.append(_finite(rollout.duration_s))
+        duration.append(finite(rollout.duration_s))
         error = rollout.error
         if error is None:
             errors.append("")
@@ -259,13 +262,13 @@ def _rows_data(run: RunView, slots: Mapping[str, str]) -> tuple[dict[str, Any], 
         shown.append(score_text(score))
         values = score if isinstance(score, dict) else {"score": score}
         for name, column in scores.items():
-            column.append(_finite(values.get(name)))
+            column.append(finite(values.get(name)))
         block.append(sample_of(rollout, slots.get(f"{rollout.task_id} #{rollout.rollout}")))
         if len(block) == CHUNK:
-            blocks.append(_sample_block(len(blocks), block))
+            blocks.append(sample_block(f"sample-{len(blocks)}", block))
             block = []
     if block:
-        blocks.append(_sample_block(len(blocks), block))
+        blocks.append(sample_block(f"sample-{len(blocks)}", block))
     data = {
         "task": task,
         "rollout": number,
@@ -421,7 +424,7 @@ def _reduced(run: RunView) -> tuple[str, str | None]:
     rows = []
     columns: dict[str, dict[str, list[float]]] = {name: {} for name in names}
     for task in tasks:
-        values = [_finite(task.reduced.get(name)) for name in names]
+        values = [finite(task.reduced.get(name)) for name in names]
         for name, value in zip(names, values, strict=True):
             if value is not None:
                 columns[name][task.task_id] = [value]

@@ -425,7 +425,8 @@
   // ------------------------------------------------------- the comparison page
 
   // C.changes: [task, score, a, b, delta, worse, indices in A, indices in B];
-  // a sample: [sample, score text, duration, attempts, rollout, status].
+  // a sample: the report's five, then score text, duration, attempts,
+  // rollout, status.
   function comparison(C) {
     var sampleA = samples("a-sample-", C.chunk), sampleB = samples("b-sample-", C.chunk);
     var holder = document.getElementById("changes");
@@ -437,8 +438,8 @@
       if (!indices.length) { box.appendChild(el("p", "muted", "no row of this task")); }
       indices.forEach(function (index) {
         var s = of(index);
-        box.appendChild(el("div", "muted", "rollout " + s[4] + ": " + s[5]));
-        box.appendChild(sample(s[0], s[1], duration(s[2]), s[3], s[5] === "ok"));
+        box.appendChild(el("div", "muted", "rollout " + s[8] + ": " + s[9]));
+        box.appendChild(sample(s, s[5], duration(s[6]), s[7], s[9] === "ok"));
       });
       return box;
     }
