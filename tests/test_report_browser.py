@@ -162,6 +162,15 @@ def test_sorting_and_filtering(page: Any, report: Path) -> None:
     assert header.get_attribute("aria-label") == "score: sorted ascending, press to reverse"
     assert shown(page) == sorted(scores, key=lambda number: (scores[number], number))[:200]
 
+    # By task id: a task's rollouts together and in order.
+    page.get_by_role("button", name="task id: sort").click()
+    numbered = [
+        (rows[number]["task_id"], rows[number]["rollout"])
+        for number in shown(page)
+        if rows[number]["task_id"].startswith("task-")
+    ]
+    assert numbered == sorted(numbered)
+
     # The score range shows exactly the rows whose score is in it, bounds included.
     low, high = 0.2, 0.35
     inside = {number for number, score in scores.items() if low <= score <= high}

@@ -174,7 +174,14 @@
       if (sorted) { return sorted; }
       var indices = new Array(N);
       for (var i = 0; i < N; i++) { indices[i] = i; }
-      if (sortKey) {
+      if (sortKey === "task") {
+        // task-9 before task-10; a task's rollouts in order.
+        var compare = new Intl.Collator(undefined, {numeric: true}).compare;
+        var flip = descending ? -1 : 1;
+        indices.sort(function (a, b) {
+          return flip * (compare(D.task[a], D.task[b]) || D.rollout[a] - D.rollout[b]) || a - b;
+        });
+      } else if (sortKey) {
         var of = key(sortKey), sign = descending ? -1 : 1;
         var values = indices.map(of);
         indices.sort(function (a, b) {
