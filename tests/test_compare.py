@@ -91,7 +91,7 @@ async def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     capsys.readouterr()
     assert main(["compare", str(a), str(b), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data == compare_runs(a, b).to_json()
+    assert data == json.loads(json.dumps(compare_runs(a, b).to_json()))
     assert data["scores"][0]["difference"]["mean"] == -0.25
     assert data["changed"][0] == {
         "task_id": "t1",

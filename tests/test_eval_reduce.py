@@ -110,8 +110,12 @@ async def test_min_score_names_a_reduced_score(tmp_path: Path) -> None:
 
 
 async def test_without_reduce_there_is_no_tasks_file(tmp_path: Path) -> None:
-    report = await evaluate(env, rollouts=2, output_dir=tmp_path)
+    report = await evaluate(env, rollouts=2, output_dir=tmp_path, min_score={"pass_at_1": 0.5})
     assert not (tmp_path / "tasks.jsonl").exists() and report.reduced == {}
+    assert report.reasons == (
+        "no score named 'pass_at_1' to hold to --min-score pass_at_1=0.5 "
+        "(a reduced score: add --reduce pass_at_1)",
+    )
 
 
 async def test_an_unknown_reducer_is_refused_before_anything(tmp_path: Path) -> None:

@@ -117,6 +117,8 @@ def test_the_encoder_of_user_values() -> None:
     assert encode("\ud800").repr  # a lone surrogate is not UTF-8
     cut = encode(["z" * 50], cap=10)
     assert cut == type(cut)('["zzzzzzzz', truncated=True, length=54)
+    # A cap below the text of a number cuts it too.
+    assert encode(123456, cap=3) == type(cut)("123", truncated=True, length=6)
     with pytest.raises(ValueError, match="cap"):
         encode(1, cap=0)
     with pytest.raises(TypeError, match="cap"):
@@ -190,6 +192,18 @@ async def test_resume_and_the_report_read_the_new_rows_and_the_old(tmp_path: Pat
     view = {rollout.task_id: rollout for rollout in read_run(tmp_path).rollouts}
     assert (view["new"].input, view["new"].target, view["new"].explanation) == ("q", "a", "fine")
     assert view["old"].input is None
+
+
+async def test_a_killed_run_shows_the_statistics_a_finished_one_would(tmp_path: Path) -> None:
+    def score(task: Task, result: Any) -> float:
+        return 1.0 if task.id in ("a", "b") else 0.0
+
+    tasks = [Task(input=n, id=task_id) for n, task_id in enumerate("abcd")]
+    report = await evaluate(Env(tasks, score=score), rollouts=2, output_dir=tmp_path)
+    (tmp_path / "run.json").unlink()  # as if killed before its final record
+    view = read_run(tmp_path)
+    assert view.summary is None
+    assert view.score_stats() == report.score_stats
 
 
 def test_the_tolerant_row_has_every_field_of_the_written_row() -> None:

@@ -90,3 +90,16 @@ async def test_from_python(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not take an argument 'nope'"):
         await evaluate(Configurable, task_args={"nope": 1}, output_dir=tmp_path / "c")
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+async def test_not_with_dask_yet(tmp_path: Path) -> None:
+    # The workers build the environment from TARGET alone: refused before
+    # any cluster is reached.
+    with pytest.raises(ValueError, match="-T cannot be used with --dask"):
+        await evaluate(
+            target("Configurable"),
+            task_args={"size": 1},
+            dask="tcp://127.0.0.1:9",
+            output_dir=tmp_path / "out",
+        )
+    assert not (tmp_path / "out").exists()

@@ -63,8 +63,15 @@ def test_one_unit_has_no_spread() -> None:
 
 
 def test_huge_scores_keep_a_finite_mean_and_stderr() -> None:
+    # Float sums overflow here; the statistics are taken in exact fractions.
     stats = stats_of({"a": [1e308], "b": [1e308]})
     assert stats is not None and stats.mean == 1e308 and stats.stderr == 0.0
+    # Deviations of 1e308: s = sqrt(2) * 1e308, stderr = s / sqrt(2) = 1e308.
+    spread = stats_of({"a": [1e308], "b": [-1e308]})
+    assert spread is not None and spread.mean == 0.0
+    assert spread.stderr == pytest.approx(1e308)
+    # An interval of 12.7e308 either side is past the float range: none.
+    assert spread.ci95 is None
 
 
 def test_paired_differences() -> None:

@@ -21,10 +21,13 @@ than :mod:`json` until a value needs the default converter.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any, Final, final
 
 import attrs
+
+from ._checks import check_count
 
 __all__ = ["RESULT_CAP", "SAMPLE_CAP", "Encoded", "dumps", "encode", "safe_repr"]
 
@@ -39,6 +42,14 @@ RESULT_CAP: Final = 1_000_000
 _BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
 
 
+# Built once: json.dumps() with arguments builds an encoder on every call.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+# Ints beyond this may be slow to print, or too long to (4300 digits).
+_SHORT_INT = 10**15
+# The longest JSON text of a finite float ("-2.2250738585072014e-308"), rounded up.
+_SHORT_TEXT = 32
+
+
 def dumps(data: Any, indent: int | None = None) -> str:
     """``data`` as strict JSON text, safe to split on any line break.
 
@@ -48,7 +59,10 @@ def dumps(data: Any, indent: int | None = None) -> str:
             cannot be written as UTF-8.
         RecursionError: data nested too deep (or cyclic).
     """
-    text = json.dumps(data, ensure_ascii=False, allow_nan=False, indent=indent)
+    if indent is None:
+        text = _ENCODE(data)
+    else:
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False, indent=indent)
     text.encode("utf-8")
     return text.translate(_BREAKS)
 
@@ -77,7 +91,8 @@ class Encoded:
             :attr:`plain` is false) a string.
         repr: ``data`` is the value's ``repr()`` (it has no JSON form).
         truncated: ``data`` is the text cut to the cap.
-        length: Characters of the whole text (JSON or ``repr``) before any cut.
+        length: Characters of the whole text (JSON or ``repr``) before any
+            cut; measured only when the value is not :attr:`plain` (0 then).
     """
 
     data: Any
@@ -112,6 +127,14 @@ def _default_unstructure(value: Any) -> Any:
     return _default_converter.unstructure(value)
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
+
+
 def encode(
     value: object,
     *,
@@ -132,17 +155,34 @@ def encode(
         TypeError: ``cap`` is not an int.
         ValueError: ``cap`` is below 1.
     """
-    if isinstance(cap, bool) or not isinstance(cap, int):
-        raise TypeError(f"cap must be an int, not {type(cap).__name__}")
-    if cap < 1:
-        raise ValueError(f"cap must be >= 1, got {cap}")
-    # The common values skip the converter: a string or a number is its own data.
+    check_count(cap, "cap", minimum=1)
+    # The common values skip the converter and the JSON text: a short string
+    # (even with every character escaped as \uXXXX) or number is its own data.
+    # (Any finite float or short int has a JSON text of at most 24 characters.)
     kind = type(value)
-    try:
+    if cap >= _SHORT_TEXT:
         if value is None or kind is bool:
-            return Encoded(value, length=4 if value is None or value else 5)
-        data = value if kind in (str, int, float) else (unstructure or _default_unstructure)(value)
-        text = dumps(data)
+            return Encoded(value)
+        if type(value) is float and math.isfinite(value):
+            return Encoded(value)
+        if type(value) is int and -_SHORT_INT < value < _SHORT_INT:
+            return Encoded(value)
+    if type(value) is str and len(value) * 6 + 2 <= cap and _utf8(value):
+        return Encoded(value)
+    try:
+        data = value
+        if kind in (dict, list):
+            # JSON takes plain containers of plain values as they are; the
+            # converter is for what they may hold besides (an attrs value, a set).
+            try:
+                text = dumps(data)
+            except TypeError:
+                data = (unstructure or _default_unstructure)(value)
+                text = dumps(data)
+        else:
+            if kind not in (str, int, float):
+                data = (unstructure or _default_unstructure)(value)
+            text = dumps(data)
     except Exception:
         # Exception, RecursionError included: str() of a huge int, a NaN, a
         # lone surrogate, a key JSON cannot hold, a converter that gave up.
@@ -150,4 +190,4 @@ def encode(
         return Encoded(shown[:cap], repr=True, truncated=len(shown) > cap, length=len(shown))
     if len(text) > cap:
         return Encoded(text[:cap], truncated=True, length=len(text))
-    return Encoded(data, length=len(text))
+    return Encoded(data)

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any, final
 
 import attrs
+from cattrs.gen import make_dict_unstructure_fn
 
+from ._convert import converter
 from ._format import RowView, read_rows, read_summary, read_tasks
 from ._score import score_items
 from ._stats import ScoreStats, exact_mean, paired, stats_of
@@ -105,40 +107,8 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         """The comparison as JSON-ready data (what ``sluicegate compare --json`` prints)."""
-
-        def stats(value: ScoreStats | None) -> dict[str, Any] | None:
-            if value is None:
-                return None
-            data = attrs.asdict(value)
-            data["ci95"] = list(value.ci95) if value.ci95 is not None else None
-            return data
-
-        return {
-            "run_a": str(self.run_a),
-            "run_b": str(self.run_b),
-            "shared": self.shared,
-            "only_a": list(self.only_a),
-            "only_b": list(self.only_b),
-            "scores": [
-                {
-                    "name": score.name,
-                    "a": stats(score.a),
-                    "b": stats(score.b),
-                    "difference": stats(score.difference),
-                }
-                for score in self.scores
-            ],
-            "changed": [
-                {
-                    "task_id": change.task_id,
-                    "name": change.name,
-                    "a": change.a,
-                    "b": change.b,
-                    "delta": change.delta,
-                }
-                for change in self.changed
-            ],
-        }
+        data: dict[str, Any] = converter.unstructure(self)
+        return data
 
 
 def _per_task(rows: list[RowView]) -> dict[str, dict[str, list[float]]]:
@@ -239,3 +209,10 @@ def _reduced(directory: Path) -> dict[str, dict[str, list[float]]]:
             if value is not None:
                 values.setdefault(name, {})[task.task_id] = [value]
     return values
+
+
+# A change is written with its delta, as the text shows it.
+_change_fields = make_dict_unstructure_fn(TaskChange, converter)
+converter.register_unstructure_hook(
+    TaskChange, lambda change: {**_change_fields(change), "delta": change.delta}
+)

@@ -1,13 +1,13 @@
-"""The one cattrs converter of ``sluicegate.eval``: rows, ``run.json`` and results.
+"""The one cattrs converter of ``sluicegate.eval``'s records: rows, ``run.json``, ``tasks.jsonl``.
 
-Anything an environment's ``run`` returns goes through it too: primitives,
-mappings, sequences, attrs classes and dataclasses unstructure to JSON-ready
-values.
+The user values a row holds (the sample, the result, a score's metadata)
+are not its business: :mod:`sluicegate._values` encodes those, bounded.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -28,6 +28,7 @@ converter = cattrs.Converter()
 attrs.resolve_types(_taskset.Task, globalns=vars(_taskset))
 
 converter.register_unstructure_hook(datetime, lambda value: value.isoformat())
+converter.register_unstructure_hook(Path, str)
 # The classes given for --retry-on live only as long as the session: run.json
 # keeps their names.
 converter.register_unstructure_hook(

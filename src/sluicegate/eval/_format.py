@@ -30,6 +30,7 @@ from typing import Any
 
 import attrs
 import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from .. import _values
 from .._util import write_atomically
@@ -91,6 +92,15 @@ def _strict(data: Any, indent: int | None = None) -> str:
 
 # ---------------------------------------------------------------- the writer
 
+# A row's fields but its user values (and their encoding), which encode_row
+# writes through sluicegate._values instead.
+_unstructure_bare = make_dict_unstructure_fn(
+    RolloutRow,
+    converter,
+    **{name: override(omit=True) for name in (*USER_FIELDS, "encoding")},  # type: ignore[arg-type]
+)
+_ORDER = [field.name for field in attrs.fields(RolloutRow) if field.name != "encoding"]
+
 
 def encode_row(row: RolloutRow) -> str:
     """The line of ``results.jsonl`` for ``row``, without its newline.
@@ -101,21 +111,17 @@ def encode_row(row: RolloutRow) -> str:
     valid UTF-8 (a lone surrogate in a task id or an error message) is
     written as ``\\u`` escapes. The row is never lost.
     """
-    if row.encoding:
-        # Read back, already bounded: written as it is.
-        data = converter.unstructure(row)
-        return _strict(data)
     encoded = {name: _values.encode(getattr(row, name), cap=_CAPS[name]) for name in USER_FIELDS}
-    cleared: dict[str, Any] = dict.fromkeys(USER_FIELDS)
-    bare = attrs.evolve(row, **cleared)
-    data = converter.unstructure(bare)
-    for name, value in encoded.items():
-        data[name] = value.data
-    data["encoding"] = {
-        name: {"repr": value.repr, "truncated": value.truncated, "length": value.length}
-        for name, value in encoded.items()
-        if not value.plain
-    }
+    bare = _unstructure_bare(row)
+    data = {name: encoded[name].data if name in encoded else bare[name] for name in _ORDER}
+    data["encoding"] = converter.unstructure(
+        {
+            name: FieldEncoding(repr=value.repr, truncated=value.truncated, length=value.length)
+            for name, value in encoded.items()
+            if not value.plain
+        },
+        dict[str, FieldEncoding],
+    )
     data["result_repr"] = encoded["result"].repr
     return _strict(data)
 

@@ -25,7 +25,7 @@ from .._retry import CutShort, Retry, attempt
 from .._runner import Drain
 from ._current import current_rollout, rollout_of
 from ._records import ErrorInfo, RolloutRow, sample_of
-from ._score import Judged, judge
+from ._score import Judged, ScoreValue, judge
 from ._slots import DuplicateTaskId, Slot
 from ._tally import RunTally
 from ._target import Parts
@@ -43,10 +43,24 @@ __all__ = [
 
 @attrs.frozen
 class Scored:
-    """What one successful attempt produced: the run's result and its score."""
+    """What one successful attempt produced: the run's result and its score.
+
+    Attributes:
+        result: What ``run(task)`` returned.
+        score: The score as floats, or None without a ``score``.
+        explanation: A :class:`~sluicegate.eval.Score`'s explanation.
+        score_metadata: A :class:`~sluicegate.eval.Score`'s metadata.
+    """
 
     result: Any
-    score: Judged = attrs.field(factory=Judged)
+    score: ScoreValue = None
+    explanation: str | None = None
+    score_metadata: Any = None
+
+    @classmethod
+    def of(cls, result: Any, judged: Judged) -> Scored:
+        """The result with its checked score."""
+        return cls(result, judged.value, judged.explanation, judged.metadata)
 
 
 AttemptFn = Callable[[Parts, Slot], Awaitable[Scored]]
@@ -56,7 +70,7 @@ AttemptFn = Callable[[Parts, Slot], Awaitable[Scored]]
 async def attempt_here(env: Parts, slot: Slot) -> Scored:
     """The default :data:`AttemptFn`: run and score the slot's task in this process."""
     result = await env.run(slot.task)
-    return Scored(result, await judge(env.score, slot.task, result))
+    return Scored.of(result, await judge(env.score, slot.task, result))
 
 
 class _Fatal(BaseException):
@@ -126,14 +140,14 @@ class Rollouts:
                 rollout=slot.rollout,
                 status="ok",
                 result=scored.result,
-                score=scored.score.value,
+                score=scored.score,
                 error=None,
                 attempts=tried.attempts,
                 started_at=started_at,
                 duration_s=duration,
                 earlier_errors=earlier,
-                explanation=scored.score.explanation,
-                score_metadata=scored.score.metadata,
+                explanation=scored.explanation,
+                score_metadata=scored.score_metadata,
                 **sample,
             )
         return RolloutRow(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal, localcontext
 from fractions import Fraction
 from statistics import NormalDist
 from typing import final
@@ -104,9 +105,35 @@ def t_quantile(p: float, df: int) -> float:
 
 
 def exact_mean(values: Sequence[float]) -> float:
-    """The mean of ``values`` (at least one), summed exactly and rounded once."""
-    # Exact, rounded once: finite values have a finite mean whatever their sum.
-    return float(sum((Fraction(value) for value in values), Fraction(0)) / len(values))
+    """The mean of ``values`` (at least one): finite whenever they are, however large their sum.
+
+    ``math.fsum`` sums floats exactly and rounds once; a sum beyond the float
+    range (``1e308 + 1e308``) is taken in exact fractions instead, which is
+    100 times slower and only needed then.
+    """
+    try:
+        return math.fsum(values) / len(values)
+    except OverflowError:
+        return float(sum((Fraction(value) for value in values), Fraction(0)) / len(values))
+
+
+def _stderr(values: Sequence[float], mean: float) -> float:
+    """``s / sqrt(n)`` with ``s`` the sample standard deviation (exact when floats overflow)."""
+    count = len(values)
+    try:
+        squares = math.fsum((value - mean) ** 2 for value in values)
+        if math.isfinite(squares):
+            return math.sqrt(squares / (count - 1)) / math.sqrt(count)
+    except OverflowError:
+        pass
+    centre = Fraction(mean)
+    exact = sum(((Fraction(value) - centre) ** 2 for value in values), Fraction(0))
+    variance = exact / ((count - 1) * count)
+    # Decimal's exponent range holds a variance past the float range whose
+    # square root is within it.
+    with localcontext() as context:
+        context.prec = 30
+        return float((Decimal(variance.numerator) / Decimal(variance.denominator)).sqrt())
 
 
 def _spread(
@@ -116,11 +143,13 @@ def _spread(
     count = len(values)
     if count < 2:
         return None, None
-    centre = Fraction(mean)
-    squares = sum(((Fraction(value) - centre) ** 2 for value in values), Fraction(0))
-    stderr = math.sqrt(squares / (count - 1)) / math.sqrt(count)
+    stderr = _stderr(values, mean)
     half = t_quantile(0.975, count - 1) * stderr
-    return stderr, (mean - half, mean + half)
+    low, high = mean - half, mean + half
+    if not (math.isfinite(low) and math.isfinite(high)):
+        # Beyond the float range: run.json (strict JSON) has no infinity.
+        return stderr, None
+    return stderr, (low, high)
 
 
 def stats_of(groups: Mapping[str, Sequence[float]]) -> ScoreStats | None:

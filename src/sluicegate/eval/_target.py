@@ -48,14 +48,15 @@ class Environment(Protocol):
 
     Three members are optional, and found by name when present:
 
-    * ``score(task, result)``: a ``float`` or a mapping of names to floats
-      (finite numbers), plain or ``async``; its means make the run's scores.
+    * ``score(task, result)``: a ``float``, a mapping of names to floats
+      (finite numbers), or a :class:`~sluicegate.eval.Score` carrying either
+      with an explanation; plain or ``async``; its means make the run's scores.
     * ``serving()``: an async context manager held open around all the
       rollouts (a model server, a connection pool).
     * ``name``: a short string for the output directory and the display.
 
-    A class or a zero-argument function returning such an object is
-    accepted too: it is called once.
+    A class or a function returning such an object is accepted too: it is
+    called once, with the ``-T`` arguments (``task_args``) as keywords.
     """
 
     taskset: Taskset[Any] | SampleSource[Any, Any]
@@ -73,7 +74,7 @@ class Parts:
         name: A short name for the output directory and the display.
         taskset: A :class:`~sluicegate.Taskset` or a :class:`~sluicegate.SampleSource`.
         run: ``async run(task) -> result``.
-        score: Optional ``score(task, result) -> float | Mapping[str, float]``
+        score: Optional ``score(task, result) -> float | Mapping[str, float] | Score``
             (it may be async).
         serving: Optional zero-argument callable returning an async context
             manager, held open for the whole run.

@@ -17,6 +17,7 @@ import attrs
 from .._version import __version__
 from ._config import EVERY_SCORE, ErrorBudget, EvalConfig
 from ._records import RunRecord, Session, StopReason, TaskRow
+from ._reduce import check_reducer
 from ._stats import ScoreStats, stats_of
 from ._tally import RunTally
 
@@ -113,10 +114,20 @@ def shortfalls(
             found.append(f"no scores to hold to {flag}")
         for key, mean in wanted.items():
             if mean is None:
-                found.append(f"no score named {key!r} to hold to {flag}")
+                found.append(f"no score named {key!r} to hold to {flag}{_reduce_hint(key)}")
             elif mean < floor:
                 found.append(f"mean {key} {mean:.4g} is below {flag}")
     return found
+
+
+def _reduce_hint(name: str) -> str:
+    """Say how to get a score that is named like a reduced one."""
+    reducer = name.rpartition("/")[2]
+    try:
+        check_reducer(reducer)
+    except ValueError:
+        return ""
+    return f" (a reduced score: add --reduce {reducer})"
 
 
 def begin(config: EvalConfig, name: str, earlier: RunRecord | None) -> RunRecord:

@@ -28,6 +28,7 @@ from ..eval._format import (
 )
 from ..eval._records import ErrorInfo, TaskRow
 from ..eval._score import score_items
+from ..eval._stats import ScoreStats, stats_of
 
 __all__ = [
     "RESULTS",
@@ -36,6 +37,7 @@ __all__ = [
     "ErrorView",
     "Rollout",
     "RunView",
+    "ScoreStats",
     "Summary",
     "TaskRow",
     "read_run",
@@ -75,6 +77,22 @@ class RunView:
     def is_eval(self) -> bool:
         """Whether the directory holds an evaluation's files."""
         return self.summary is not None or bool(self.rollouts)
+
+    def score_stats(self) -> dict[str, ScoreStats]:
+        """Each score's statistics over the ok rows, as ``run.json`` gives them when it ends.
+
+        Computed from the rows, so that a run killed before its final
+        ``run.json`` shows the same means and intervals as a finished one.
+        """
+        values: dict[str, dict[str, list[float]]] = {}
+        for rollout in self.rollouts:
+            if rollout.status != "ok":
+                continue
+            for name, value in score_items(rollout.score):
+                if math.isfinite(value):
+                    values.setdefault(name, {}).setdefault(rollout.task_id, []).append(value)
+        found = {name: stats_of(values[name]) for name in sorted(values)}
+        return {name: stats for name, stats in found.items() if stats is not None}
 
     def score_series(self) -> dict[str, list[float]]:
         """Each score's values over the rollouts that have one (``"score"`` for plain numbers)."""
