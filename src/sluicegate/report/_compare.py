@@ -81,7 +81,7 @@ def _only(ids: Sequence[str], run: str) -> str:
     listed = ", ".join(_text(task) for task in ids[:_LISTED])
     more = f", and {len(ids) - _LISTED} more" if len(ids) > _LISTED else ""
     return (
-        f"<details><summary>{len(ids)} task(s) only in {run}</summary>"
+        f"<details><summary>{len(ids):,} task(s) only in {run}</summary>"
         f'<p class="u">{listed}{more}</p></details>'
     )
 
@@ -145,12 +145,12 @@ def render_comparison(
     data = {"names": [f"A: {name_a}", f"B: {name_b}"], "chunk": CHUNK, "changes": changes}
     worse = sum(1 for change in changed if change.delta < 0)
     shared = (
-        f"<p>{comparison.shared} task(s) in both runs: the differences pair them. "
-        f"{len(comparison.only_a)} only in A and {len(comparison.only_b)} only in B "
+        f"<p>{comparison.shared:,} task(s) in both runs: the differences pair them. "
+        f"{len(comparison.only_a):,} only in A and {len(comparison.only_b):,} only in B "
         "are counted apart.</p>" + _only(comparison.only_a, "A") + _only(comparison.only_b, "B")
     )
     listing = (
-        f'<p class="muted">{len(changed)} change(s), {worse} for the worse; worst regression '
+        f'<p class="muted">{len(changed):,} change(s), {worse:,} for the worse; worst regression '
         "first. Open one to see the task's samples in both runs side by side.</p>"
         '<div class="changes" id="changes" aria-label="changed tasks">'
         '<div class="head"><span>task id</span><span>score</span><span class="num">A</span>'
