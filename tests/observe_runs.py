@@ -227,6 +227,7 @@ def samples(page: str) -> list[Any]:
     return found
 
 
-def fields(sample: list[Any]) -> dict[str, list[Any]]:
-    """An embedded sample's fields (input, target, result...) by name."""
-    return {field[0]: field for field in sample[0]}
+def fields(page: str, sample: list[Any]) -> dict[str, list[Any]]:
+    """An embedded sample's fields by name: ``[value]``, or ``[value, note]``."""
+    names = embedded(page, "rows-data")["fields"]
+    return {names[field[0]]: field[1:] for field in sample[0]}

@@ -131,6 +131,8 @@ def test_report_of_odd_rows(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     rows[0]["score"] = {"exact": 1.0, "f1": float("nan")}
     rows[1]["duration_s"] = 1234.5
+    rows[1]["result"] = "Thing(size=1, parts=[..."
+    rows[1]["encoding"] = {"result": {"repr": True, "truncated": True, "length": 99999}}
     rows[2]["duration_s"] = None
     rows[3]["error"] = {"type": "RuntimeError", "message": "x" * 500}
     rows[3]["status"] = "error"
@@ -156,7 +158,12 @@ def test_report_of_odd_rows(tmp_path: Path) -> None:
     assert samples(page)[3][2] == [["RuntimeError", "x" * 500, None]]
     assert data["error"][4] == "KeyError: line one\nline two"
     # A result JSON cannot hold (a hand-edited row) is shown as its repr.
-    assert fields(samples(page)[5])["result"] == ["result", "{'n': inf}", "", False]
+    assert fields(page, samples(page)[5])["result"] == ["{'n': inf}"]
+    # How a value was written when not as itself.
+    assert fields(page, samples(page)[1])["result"] == [
+        "Thing(size=1, parts=[...",
+        "its repr(), cut: the whole was 99,999 characters",
+    ]
     assert '<span class="badge">failed</span>' in page
     assert "2 (resumed)" in page
     assert 'data-filter="skipped"' in page
@@ -185,7 +192,7 @@ def test_report_shows_odd_text_inert_and_keeps_every_row(tmp_path: Path) -> None
     data = embedded(page, "rows-data")
     assert data["task"][:2] == ["bytes \\udcff here", "abc\\u202edcba"]
     assert data["error"][2] == "OSError: bad \\udc80 name </script><!--"
-    assert fields(samples(page)[3])["result"][1] == "zero\\u200bwidth \\ud800"
+    assert fields(page, samples(page)[3])["result"] == ["zero\\u200bwidth \\ud800"]
     assert "\u202e" not in page and "\u200b" not in page
     assert "env \\udcfe" in page
 

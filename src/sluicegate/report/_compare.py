@@ -19,7 +19,17 @@ from typing import Any, Final
 from .._util import write_atomically
 from ..eval._compare import Comparison, ScoreComparison, compare_runs
 from ..eval._stats import ScoreStats
-from ._html import CHUNK, check_folder, finite, page, sample_block, sample_of, score_text, where
+from ._html import (
+    CHUNK,
+    FIELDS,
+    check_folder,
+    finite,
+    page,
+    sample_block,
+    sample_of,
+    score_text,
+    where,
+)
 from ._run import Rollout, RunView, read_run
 from ._text import embed_json, html_text
 
@@ -142,7 +152,12 @@ def render_comparison(
         ]
         for change in changed
     ]
-    data = {"names": [f"A: {name_a}", f"B: {name_b}"], "chunk": CHUNK, "changes": changes}
+    data = {
+        "names": [f"A: {name_a}", f"B: {name_b}"],
+        "chunk": CHUNK,
+        "fields": FIELDS,
+        "changes": changes,
+    }
     worse = sum(1 for change in changed if change.delta < 0)
     shared = (
         f"<p>{comparison.shared:,} task(s) in both runs: the differences pair them. "

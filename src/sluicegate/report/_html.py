@@ -40,6 +40,7 @@ from ._text import embed_json, html_text, inert
 
 __all__ = [
     "CHUNK",
+    "FIELDS",
     "REPORT",
     "check_folder",
     "finite",
@@ -58,15 +59,12 @@ CHUNK: Final = 500
 # it, and the traceback, are in the opened row); the error-text filter
 # searches this much.
 _ERROR_HEAD: Final = 400
-# Fields of a row shown when it is opened, in this order, with their names.
-_FIELDS: Final = (
-    ("input", "input"),
-    ("system_prompt", "system prompt"),
-    ("target", "target"),
-    ("result", "result"),
-    ("metadata", "metadata"),
-    ("score_metadata", "score metadata"),
-)
+# The fields of a row shown when it is opened, in this order: the samples
+# name each by its place here (the page gets the list once).
+FIELDS: Final = ("input", "system prompt", "target", "result", "metadata", "score metadata")
+_RESULT: Final = FIELDS.index("result")
+# Their names in a row (and in its encoding object).
+_NAMES: Final = tuple(name.replace(" ", "_") for name in FIELDS)
 
 _text = html_text
 
@@ -170,8 +168,9 @@ def _errors(rollout: Rollout) -> list[list[str | None]]:
 def sample_of(rollout: Rollout, slot: str | None) -> list[Any]:
     """What an opened row shows beyond its cells: ``[fields, explanation, errors, started, slot]``.
 
-    Each field is ``[title, value, note, is_json]``: a string is shown as it
-    is, anything else as indented JSON. The strings are made inert with the
+    Each field is ``[place in FIELDS, value]``, and a note when the value
+    was not written as itself (a repr, or cut): a string is shown as it is,
+    anything else as indented JSON. The strings are made inert with the
     whole block (:func:`embed_json`).
     """
     encoding = rollout.encoding
@@ -183,12 +182,12 @@ def sample_of(rollout: Rollout, slot: str | None) -> list[Any]:
         rollout.metadata,
         rollout.score_metadata,
     )
-    fields = []
-    for (name, title), value in zip(_FIELDS, values, strict=True):
-        if value is None and not (name == "result" and rollout.status == "ok"):
+    fields: list[list[Any]] = []
+    for place, value in enumerate(values):
+        if value is None and not (place == _RESULT and rollout.status == "ok"):
             continue
-        note = _note(encoding.get(name)) if encoding else ""
-        fields.append([title, value, note, type(value) is not str])
+        note = _note(encoding.get(_NAMES[place])) if encoding else ""
+        fields.append([place, value, note] if note else [place, value])
     explanation = rollout.explanation
     return [
         fields,
@@ -207,8 +206,8 @@ def sample_block(element_id: str, block: list[list[Any]]) -> str:
         # A value JSON cannot hold (NaN in a hand-edited row): shown as its repr.
         for sample in block:
             for field in sample[0]:
-                if field[3]:
-                    field[1:] = [repr(field[1]), field[2], False]
+                if not isinstance(field[1], str):
+                    field[1] = repr(field[1])
         return _json_block(element_id, block)
 
 
@@ -278,6 +277,7 @@ def _rows_data(run: RunView, slots: Mapping[str, str]) -> tuple[dict[str, Any], 
         "error": errors,
         "score": shown,
         "chunk": CHUNK,
+        "fields": FIELDS,
         "scores": scores,
     }
     return data, blocks

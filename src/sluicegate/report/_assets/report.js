@@ -69,9 +69,13 @@
   }
 
 
+  // The names of a sample's fields, from the page's data.
+  var fieldNames = [];
+
   // The whole sample of one rollout, as a definition list. ``row`` is
   // [fields, explanation, errors, started, slot]; a field is
-  // [name, value, note, shown as JSON] (a string is shown as it is).
+  // [place in fieldNames, value, note?]: a string is shown as it is,
+  // anything else as indented JSON.
   function sample(row, scoreText, durationText, attempts, ok) {
     var fields = row[0], explanation = row[1], errors = row[2], started = row[3], slot = row[4];
     var box = el("div", "sample"), list = el("dl");
@@ -85,7 +89,8 @@
     }
     for (var i = 0; i < fields.length; i++) {
       var field = fields[i];
-      item(field[0], field[3] ? JSON.stringify(field[1], null, 2) : field[1], field[2]);
+      var value = typeof field[1] === "string" ? field[1] : JSON.stringify(field[1], null, 2);
+      item(fieldNames[field[0]], value, field[2]);
     }
     if (scoreText || explanation) {
       var score = el("div");
@@ -137,6 +142,7 @@
 
   function report(D) {
     var N = D.task.length;
+    fieldNames = D.fields;
     var sampleOf = samples("sample-", D.chunk);
     var names = Object.keys(D.scores);
     var list = document.getElementById("rows");
@@ -435,6 +441,7 @@
   // a sample: the report's five, then score text, duration, attempts,
   // rollout, status.
   function comparison(C) {
+    fieldNames = C.fields;
     var sampleA = samples("a-sample-", C.chunk), sampleB = samples("b-sample-", C.chunk);
     var holder = document.getElementById("changes");
     var more = document.getElementById("changes-more");
