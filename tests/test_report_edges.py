@@ -181,7 +181,7 @@ def test_report_shows_odd_text_inert_and_keeps_every_row(tmp_path: Path) -> None
         "traceback": None,
     }
     rows[2]["status"] = "error"
-    rows[3]["result"] = "zero\u200bwidth \ud800"
+    rows[3]["result"] = "zero\u200bwidth \ud800 tag\U000e0041"
     # eval writes such text as \u escapes; json.dumps does the same.
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     record = json.loads((tmp_path / "run.json").read_text())
@@ -192,7 +192,7 @@ def test_report_shows_odd_text_inert_and_keeps_every_row(tmp_path: Path) -> None
     data = embedded(page, "rows-data")
     assert data["task"][:2] == ["bytes \\udcff here", "abc\\u202edcba"]
     assert data["error"][2] == "OSError: bad \\udc80 name </script><!--"
-    assert fields(page, samples(page)[3])["result"] == ["zero\\u200bwidth \\ud800"]
+    assert fields(page, samples(page)[3])["result"] == ["zero\\u200bwidth \\ud800 tag\\U000e0041"]
     assert "\u202e" not in page and "\u200b" not in page
     assert "env \\udcfe" in page
 

@@ -20,19 +20,26 @@ from typing import Any, Final
 
 __all__ = ["embed_json", "html_text", "inert", "inert_json"]
 
-# C0 and C1 controls but tab and newline; the Arabic letter mark; zero-width
-# characters and the directional marks, embeddings, overrides and isolates;
-# the line and paragraph separators; word joiner and invisible operators;
-# the byte order mark; interlinear annotations; lone surrogates; the
-# non-characters U+FFFE and U+FFFF.
+# C0 and C1 controls but tab and newline; the soft hyphen; the Arabic letter
+# mark; the Hangul fillers; zero-width characters and the directional marks,
+# embeddings, overrides and isolates; the line and paragraph separators; word
+# joiner and invisible operators; the byte order mark; interlinear
+# annotations; lone surrogates; the non-characters U+FFFE and U+FFFF; the
+# invisible tag characters (text hidden in plain sight).
 _ODD: Final = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028-\u202e"
-    "\u2060-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff\ufffe\uffff]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u115f\u1160\u180e\u200b-\u200f"
+    "\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\ud800-\udfff"
+    "\ufffe\uffff\U000e0000-\U000e007f]"
 )
 
 
+def _escape(character: str) -> str:
+    code = ord(character)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
 def _visible(match: re.Match[str]) -> str:
-    return f"\\u{ord(match.group()):04x}"
+    return _escape(match.group())
 
 
 def inert(text: str) -> str:
@@ -47,7 +54,7 @@ def inert(text: str) -> str:
 
 
 def _visible_in_json(match: re.Match[str]) -> str:
-    return f"\\\\u{ord(match.group()):04x}"
+    return "\\" + _escape(match.group())
 
 
 def inert_json(text: str) -> str:
