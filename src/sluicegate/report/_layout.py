@@ -13,7 +13,7 @@ import attrs
 
 from .._trace import Mark, Span, Timeline
 
-__all__ = ["COLOURS", "MARKS", "Placed", "flight_columns", "place", "score_bins", "shown"]
+__all__ = ["COLOURS", "MARKS", "Placed", "flight_columns", "place", "score_bins"]
 
 COLOURS: Final[dict[str, str]] = {
     "ok": "#3a923a",
@@ -140,13 +140,3 @@ def score_bins(values: Sequence[float], bins: int) -> tuple[list[float], list[in
     for value in values:
         counts[min(int((value / 2 - low / 2) / half_span * bins), bins - 1)] += 1
     return edges, counts
-
-
-def shown(text: str) -> str:
-    """``text`` as it can be written out as UTF-8: a lone surrogate as its ``\\udXXX`` escape.
-
-    Eval writes task ids and messages that hold lone surrogates on purpose
-    (they are what the environment gave); one of them must not make the
-    picture unwritable.
-    """
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._trace import Timeline
-from ._layout import COLOURS, MARKS, flight_columns, place, score_bins, shown
+from ._layout import COLOURS, MARKS, flight_columns, place, score_bins
 from ._run import RunView, read_run
+from ._text import inert
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -92,7 +93,7 @@ def _draw(
     slots = figure.add_subplot(grid[0, 0])
     flight = figure.add_subplot(grid[1, 0], sharex=slots)
     _draw_timeline(slots, flight, timelines)
-    figure.suptitle(shown(_title(path, run, len(timelines))))
+    figure.suptitle(inert(_title(path, run, len(timelines))))
     if scores:
         _draw_scores(figure.add_subplot(grid[:, 1]), scores)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -193,7 +194,7 @@ def _draw_scores(axes: Axes, scores: dict[str, list[float]]) -> None:
     for name in names:
         # Binned here: matplotlib's own binning overflows on such a range too.
         edges, counts = score_bins(scores[name], 20)
-        axes.stairs(counts, [edge / unit for edge in edges], linewidth=1.5, label=shown(name))
+        axes.stairs(counts, [edge / unit for edge in edges], linewidth=1.5, label=inert(name))
     axes.set_title("scores")
     axes.set_xlabel("score" if unit == 1.0 else f"score (x {unit:.0e})")
     axes.set_ylabel("rollouts")

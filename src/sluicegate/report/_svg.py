@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from html import escape
 from typing import Final
 
 from .._trace import Timeline
-from ._layout import COLOURS, MARKS, flight_columns, place, score_bins, shown
+from ._layout import COLOURS, MARKS, flight_columns, place, score_bins
+from ._text import html_text
 
 __all__ = ["histograms_svg", "timeline_svg"]
 
@@ -41,11 +41,6 @@ def _ticks(end: float, pixels: float) -> list[float]:
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= rough)
     count = int(end / step + 1e-9)
     return [i * step for i in range(count + 1)]
-
-
-def _text(text: str) -> str:
-    """User text (a task id, an error, a score's name) for the SVG: escaped, and writable."""
-    return escape(shown(text))
 
 
 def _seconds(value: float) -> str:
@@ -138,7 +133,7 @@ def timeline_svg(timelines: Sequence[Timeline], *, sessions: int | None = None) 
             out.append(
                 f'<rect x="{left:.2f}" y="{top:.2f}" width="{_bar_width(right - left):.2f}" '
                 f'height="{row * 0.8:.2f}" fill="{COLOURS[first.outcome]}">'
-                f"<title>{_text(tip)}</title></rect>"
+                f"<title>{html_text(tip)}</title></rect>"
             )
     # Runs in flight: the most within each pixel column.
     highs = flight_columns(placed.in_flight, end, plot_width)
@@ -177,7 +172,7 @@ def timeline_svg(timelines: Sequence[Timeline], *, sessions: int | None = None) 
         out.append(
             f'<line x1="{x(mark.time):.2f}" y1="{_TOP}" x2="{x(mark.time):.2f}" '
             f'y2="{flight_bottom}" stroke="{colour}" stroke-width="1.5" '
-            f'stroke-dasharray="{_DASHES[style]}"><title>{_text(mark.what)} at '
+            f'stroke-dasharray="{_DASHES[style]}"><title>{html_text(mark.what)} at '
             f"{_seconds(mark.time)}</title></line>"
         )
     for tick in _ticks(end, plot_width):
@@ -203,6 +198,7 @@ def histograms_svg(series: dict[str, list[float]], *, bins: int = 20) -> str:
     """One small histogram per score name (at most six)."""
     charts = []
     for name, values in list(series.items())[:6]:
+        label = html_text(name)
         edges, counts = score_bins(values, bins)
         low, high = min(values), max(values)
         tallest = max(counts)
@@ -219,11 +215,11 @@ def histograms_svg(series: dict[str, list[float]], *, bins: int = 20) -> str:
         mean = statistics.mean(values)  # exact: a sum of finite scores may overflow
         charts.append(
             f'<figure class="hist"><svg viewBox="0 0 {width} {height}" '
-            f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{_text(name)} histogram">'
+            f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{label} histogram">'
             f'{bars}<line x1="0" y1="{base}" x2="{width}" y2="{base}" stroke="#888"/>'
             f'<text x="0" y="{base + 14}" class="lbl">{low:.4g}</text>'
             f'<text x="{width}" y="{base + 14}" class="lbl" text-anchor="end">{high:.4g}</text>'
-            f"</svg><figcaption>{_text(name)}: mean {mean:.4g} over {len(values)}"
+            f"</svg><figcaption>{label}: mean {mean:.4g} over {len(values)}"
             f"</figcaption></figure>"
         )
     return "".join(charts)
