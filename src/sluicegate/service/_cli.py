@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from .._sqlite import display
 from ._convert import converter
 from ._journal import Journal, JournalEntry, JournalError
 
@@ -52,7 +53,7 @@ def _show(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
         return 0
     total = sum(counts.values())
-    print(f"journal {args.path}: {total:,} item(s)")
+    print(f"journal {display(args.path)}: {total:,} item(s)")
     width = len(f"{max(counts.values(), default=0):,}")
     for status, count in counts.items():
         print(f"  {status:<6} {count:>{width},}")
@@ -60,7 +61,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"  last finished {latest:%Y-%m-%d %H:%M:%S} UTC")
     if last:
         shown = f"last {len(last)} of {counts['error']:,}" if counts["error"] > len(last) else "all"
-        print(f"errors ({shown}; `sluicegate journal errors {args.path}` for tracebacks):")
+        print(f"errors ({shown}; `sluicegate journal errors {display(args.path)}` for tracebacks):")
         # Oldest first, newest last, as `journal errors` and --json list them.
         for entry in last:
             print(f"  {_when(entry)}  {entry.key}  {_headline(entry)}")
@@ -83,7 +84,7 @@ def _errors(args: argparse.Namespace) -> int:
         print(json.dumps(converter.unstructure(entries), indent=2))
         return 0
     if not entries:
-        print(f"no errors in {args.path}")
+        print(f"no errors in {display(args.path)}")
         return 0
     for number, entry in enumerate(entries):
         if number:

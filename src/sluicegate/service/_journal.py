@@ -21,15 +21,16 @@ import os
 import sqlite3
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from itertools import chain
 from pathlib import Path
 from typing import Any, Literal, final
-from urllib.parse import quote
 
 import attrs
 import trio
 
+from .. import _sqlite
+from .._sqlite import display
 from ._convert import ValueFormat, decode_value
 
 __all__ = [
@@ -226,7 +227,7 @@ def error_row(
 
 
 def _refuse(path: Path, problem: str) -> JournalError:
-    return JournalError(f"{path}: {problem}")
+    return JournalError(f"{display(path)}: {problem}")
 
 
 @final
@@ -269,16 +270,21 @@ class Journal:
     @contextmanager
     def _reader(self) -> Iterator[sqlite3.Connection]:
         if not self.path.is_file():
-            raise FileNotFoundError(errno.ENOENT, "no journal there", str(self.path))
-        uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
+            raise FileNotFoundError(errno.ENOENT, "no journal there", display(self.path))
         try:
-            db = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+            db = _sqlite.connect(self.path, "ro", timeout=_BUSY_TIMEOUT_S)
         except sqlite3.Error as exc:
             raise _refuse(self.path, f"cannot open it: {exc}") from None
         with closing(db):
             try:
-                _check_identity(db, self.path, empty_ok=False)
-                yield db
+                if _check_identity(db, self.path) == "ours":
+                    yield db
+                else:
+                    # Created by a service that stopped before its first
+                    # commit: read as the empty journal it is.
+                    with closing(sqlite3.connect(":memory:", isolation_level=None)) as blank:
+                        _create_schema(blank)
+                        yield blank
             except sqlite3.DatabaseError as exc:
                 raise _refuse(self.path, f"cannot read it: {exc}") from None
 
@@ -358,27 +364,52 @@ class Journal:
             if not os.access(path.parent, os.W_OK | os.X_OK):
                 # SQLite writes its -wal and -shm files beside the journal.
                 raise PermissionError(errno.EACCES, f"its directory {path.parent} is not writable")
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                created = True
+            except FileExistsError:
+                descriptor = os.open(path, os.O_RDWR)
+                created = False
             os.close(descriptor)
         except OSError as exc:
             raise _cannot_create(path, exc) from exc
         opened: list[sqlite3.Connection] = []
         try:
-            try:
-                opened.append(_connect(path, self.synchronous))
-            except sqlite3.DatabaseError as exc:
-                raise _refuse(path, f"cannot open it as a journal: {exc}") from None
+            opened.append(_connect(path, self.synchronous))
             _initialize(opened[0], path)
             for _ in range(2):
                 opened.append(_connect(path, self.synchronous))
-        except BaseException:
+        except BaseException as exc:
             for db in opened:
                 db.close()
+            if created:
+                # Leave nothing behind: a stub would be taken for a journal.
+                for leftover in ("", "-wal", "-shm", "-journal"):
+                    with suppress(FileNotFoundError):
+                        os.unlink(f"{os.fsdecode(path)}{leftover}")
+            if isinstance(exc, sqlite3.Error):
+                raise _database_error(path, exc, creating=created) from None
             raise
         local, spare, checkpointer = opened
         return JournalSession(
             self, local, spare, checkpointer, on_commit=on_commit, backlog=backlog
         )
+
+
+def _database_error(path: Path, exc: sqlite3.Error, *, creating: bool) -> Exception:
+    """What SQLite's ``exc`` means for the journal at ``path``.
+
+    A disk that is full or cannot be written is the ``OSError`` that
+    :func:`~sluicegate.serve` documents; anything else says the file is not
+    a usable journal.
+    """
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    if code == sqlite3.SQLITE_FULL:
+        return OSError(errno.ENOSPC, f"cannot write the journal at {display(path)}: {exc}")
+    if code in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY):
+        what = "create" if creating else "open"
+        return OSError(errno.EIO, f"cannot {what} the journal at {display(path)}: {exc}")
+    return _refuse(path, f"cannot open it as a journal: {exc}")
 
 
 def _cannot_create(path: Path, exc: OSError) -> OSError:
@@ -394,15 +425,13 @@ def _cannot_create(path: Path, exc: OSError) -> OSError:
                 if not parent.is_dir():
                     reason = f"{parent} is a file, not a directory"
                 break
-    return type(exc)(exc.errno, f"cannot create the journal at {path}: {reason}")
+    return type(exc)(exc.errno, f"cannot create the journal at {display(path)}: {reason}")
 
 
 def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
     # Each connection is used by one thread at a time, though not always
     # the same one (connections are closed in a worker thread).
-    db = sqlite3.connect(
-        path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-    )
+    db = _sqlite.connect(path, "rw", timeout=_BUSY_TIMEOUT_S, check_same_thread=False)
     try:
         db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
         # Checkpoints (the only fsyncs with synchronous=normal) are the
@@ -417,47 +446,36 @@ def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
     return db
 
 
-def _check_identity(db: sqlite3.Connection, path: Path, *, empty_ok: bool) -> None:
-    (app_id,) = db.execute("PRAGMA application_id").fetchone()
-    (version,) = db.execute("PRAGMA user_version").fetchone()
-    if app_id == _APPLICATION_ID:
-        if version > _SCHEMA_VERSION:
-            raise _refuse(path, f"a journal of a newer format ({version}); upgrade sluicegate")
-        return
-    if app_id == 0 and empty_ok:
-        (tables,) = db.execute("SELECT count(*) FROM sqlite_schema").fetchone()
-        if tables == 0:
-            return
-    raise _refuse(path, "not a sluicegate journal (an SQLite file of something else)")
+def _check_identity(db: sqlite3.Connection, path: Path) -> Literal["ours", "empty"]:
+    """Whether ``db`` is a journal or an empty file; refuse anything else."""
+    found = _sqlite.identity(db, _APPLICATION_ID, _SCHEMA_VERSION)
+    if found == "newer":
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+        raise _refuse(path, f"a journal of a newer format ({version}); upgrade sluicegate")
+    if found == "foreign":
+        raise _refuse(path, "not a sluicegate journal (an SQLite file of something else)")
+    return found
+
+
+def _create_schema(db: sqlite3.Connection) -> None:
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            db.execute(statement)
 
 
 def _initialize(db: sqlite3.Connection, path: Path) -> None:
-    try:
-        # Refuse someone else's database before changing anything in it.
-        _check_identity(db, path, empty_ok=True)
-        # WAL before the transaction (it cannot change inside one); readers
-        # (the CLI) then never wait for the service's writes.
-        db.execute("PRAGMA journal_mode = WAL")
-        identity = (
-            db.execute("PRAGMA application_id").fetchone()
-            + db.execute("PRAGMA user_version").fetchone()
-        )
-        if identity == (_APPLICATION_ID, _SCHEMA_VERSION):
-            return  # nothing to write, so no wait for another writer's lock
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            _check_identity(db, path, empty_ok=True)
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
+    # Refuse someone else's database before changing anything in it.
+    _check_identity(db, path)
+    # WAL before the transaction (it cannot change inside one); readers
+    # (the CLI) then never wait for the service's writes.
+    db.execute("PRAGMA journal_mode = WAL")
+    if _check_identity(db, path) == "ours":
+        return  # nothing to write, so no wait for another writer's lock
+    with _sqlite.immediate(db):
+        if _check_identity(db, path) == "empty":
+            _create_schema(db)
             db.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
             db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-    except sqlite3.DatabaseError as exc:
-        raise _refuse(path, f"cannot open it as a journal: {exc}") from None
 
 
 class Batch:
@@ -496,10 +514,6 @@ def _wal_generation(path: str) -> bytes:
             return wal.read(20)[12:20]
     except FileNotFoundError:
         return b""
-
-
-def _busy(exc: sqlite3.Error) -> bool:
-    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY
 
 
 class JournalSession:
@@ -691,7 +705,7 @@ class JournalSession:
             try:
                 db.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                if _busy(exc):
+                if _sqlite.is_busy(exc):
                     return False
                 raise
             finally:
