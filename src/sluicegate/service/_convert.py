@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from cattrs.preconf.json import make_converter
 
-__all__ = ["ValueFormat", "converter", "decode_value", "encode_value"]
+__all__ = ["ValueFormat", "converter", "decode_value", "encode_value", "safe_repr", "storable"]
 
 ValueFormat = Literal["json", "repr"]
 
@@ -44,23 +44,34 @@ def encode_value(value: object) -> tuple[str, ValueFormat]:
     # digits raises, and a try costs nothing until it catches.
     try:
         kind = type(value)
-        if kind is str:
-            return _encode(value), "json"
         if kind is int:
             return str(value), "json"
-        return _encode(converter.unstructure(value)), "json"
+        text = _encode(value if kind is str else converter.unstructure(value))
+        if not text.isascii():
+            # A lone surrogate (a file name's undecodable byte, from
+            # os.fsdecode) is no UTF-8: SQLite could not store the text.
+            text.encode("utf-8")
+        return text, "json"
     except Exception:
-        return _safe_repr(value), "repr"
+        return safe_repr(value), "repr"
 
 
-def _safe_repr(value: object) -> str:
+def safe_repr(value: object) -> str:
+    """``repr(value)`` as storable text; never raises."""
     try:
-        return repr(value)
+        return storable(repr(value))
     except Exception as exc:
         # An int too long for repr() too: say what it was, never fail.
         if isinstance(value, int):
             return f"<int of {value.bit_length()} bits, too long to write out: {exc}>"
         return f"<{type(value).__qualname__} whose repr() failed: {exc!r}>"
+
+
+def storable(text: str) -> str:
+    """``text`` as valid UTF-8: a lone surrogate becomes its ``\\udcXX`` escape."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def decode_value(text: str | None, fmt: str) -> Any:

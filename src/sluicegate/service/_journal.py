@@ -31,7 +31,7 @@ import trio
 
 from .. import _sqlite
 from .._sqlite import display
-from ._convert import ValueFormat, decode_value
+from ._convert import ValueFormat, decode_value, safe_repr, storable
 
 __all__ = [
     "Journal",
@@ -110,11 +110,11 @@ _UPSERT_FIRSTS = _UPSERT_OK.replace(
 _LOOKUP = f"SELECT {_COLUMNS} FROM items WHERE key = ?"
 _STATUS = "SELECT status FROM items WHERE key = ?"
 
-OkRow = tuple[str, int, str, str, float, float]
+OkRow = tuple[str | bytes, int, str, str, float, float]
 """A success as written: key, attempts, value, value format, started, finished."""
-FirstRow = tuple[str, str, float, float]
+FirstRow = tuple[str | bytes, str, float, float]
 """A success at the first attempt with a JSON value: key, value, started, finished."""
-ErrorRow = tuple[str, int, str, str, str, float, float]
+ErrorRow = tuple[str | bytes, int, str, str, str, float, float]
 """A failure as written: key, attempts, error type, message, traceback, started, finished."""
 
 Synchronous = Literal["normal", "full"]
@@ -143,6 +143,11 @@ class RecordedError(Exception):
         self.type_name: str = type_name
         self.message: str = message
         self.traceback: str = traceback
+
+    def __reduce__(self) -> tuple[type[RecordedError], tuple[str, str, str]]:
+        # What pickle and copy rebuild it from; Exception's own way passes
+        # the one formatted argument to a constructor that takes three.
+        return (RecordedError, (self.type_name, self.message, self.traceback))
 
 
 def _utc(timestamp: float) -> datetime.datetime:
@@ -198,7 +203,7 @@ class JournalEntry:
     def from_row(cls, row: Sequence[Any]) -> JournalEntry:
         key, status, attempts, etype, message, tb, value, fmt, started, finished = row
         return cls(
-            key=key,
+            key=_loaded_key(key),
             ok=status == "ok",
             attempts=attempts,
             value=decode_value(value, fmt),
@@ -221,9 +226,45 @@ def type_name(error: BaseException) -> str:
 def error_row(
     key: str, attempts: int, error: BaseException, started: float, finished: float
 ) -> ErrorRow:
-    """The row of an item whose last attempt raised ``error``."""
-    text = "".join(traceback.format_exception(error))
-    return (key, attempts, type_name(error), str(error), text, started, finished)
+    """The row of an item whose last attempt raised ``error``; never raises itself."""
+    return (
+        stored_key(key),
+        attempts,
+        type_name(error),
+        error_message(error),
+        storable("".join(traceback.format_exception(error))),
+        started,
+        finished,
+    )
+
+
+def error_message(error: BaseException) -> str:
+    """``str(error)`` as storable text, or what was wrong with it."""
+    try:
+        return storable(str(error))
+    except Exception as exc:
+        return f"<{type(error).__qualname__} whose str() failed: {safe_repr(exc)}>"
+
+
+def stored_key(key: str) -> str | bytes:
+    """``key`` as the journal stores it.
+
+    Text, unless the key holds a lone surrogate (what ``os.fsdecode`` makes of a
+    file name's undecodable byte), which UTF-8 cannot hold: such a key is
+    stored as the bytes ``surrogatepass`` gives, a BLOB, which no text key
+    ever equals.
+    """
+    if key.isascii():
+        return key
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return key.encode("utf-8", "surrogatepass")
+    return key
+
+
+def _loaded_key(stored: str | bytes) -> str:
+    return stored if isinstance(stored, str) else stored.decode("utf-8", "surrogatepass")
 
 
 def _refuse(path: Path, problem: str) -> JournalError:
@@ -307,7 +348,7 @@ class Journal:
             JournalError: the file is not a sluicegate journal or is damaged.
         """
         with self._reader() as db:
-            row = db.execute(_LOOKUP, (key,)).fetchone()
+            row = db.execute(_LOOKUP, (stored_key(key),)).fetchone()
         return None if row is None else JournalEntry.from_row(row)
 
     def errors(self, *, last: int | None = None) -> list[JournalEntry]:
@@ -600,12 +641,12 @@ class JournalSession:
         opened: about a microsecond, a key lookup in a B-tree whose hot
         pages are cached.
         """
-        row = self._lookups.execute(_STATUS, (key,)).fetchone()
+        row = self._lookups.execute(_STATUS, (stored_key(key),)).fetchone()
         return None if row is None else row[0]
 
     def entry(self, key: str) -> JournalEntry | None:
         """The entry recorded for ``key``, or None."""
-        row = self._lookups.execute(_LOOKUP, (key,)).fetchone()
+        row = self._lookups.execute(_LOOKUP, (stored_key(key),)).fetchone()
         return None if row is None else JournalEntry.from_row(row)
 
     def add_ok(
@@ -621,10 +662,11 @@ class JournalSession:
         ``value`` comes from ``encode_value``.
         """
         text, form = value
+        stored = stored_key(key)
         if attempts == 1 and form == "json":
-            self._pending.firsts.append((key, text, started, finished))
+            self._pending.firsts.append((stored, text, started, finished))
         else:
-            self._pending.oks.append((key, attempts, text, form, started, finished))
+            self._pending.oks.append((stored, attempts, text, form, started, finished))
         self._queued += 1
         if self._queued >= self._wake_at:
             self._wake()
