@@ -418,6 +418,11 @@ class Journal:
         try:
             opened.append(_connect(path, self.synchronous))
             _initialize(opened[0], path)
+            # A damaged page would otherwise fail the first lookup that
+            # reaches it, in the middle of serving; read every page now.
+            problems = [row[0] for row in opened[0].execute("PRAGMA quick_check(3)")]
+            if problems != ["ok"]:
+                raise _refuse(path, f"it is damaged ({'; '.join(problems)})")
             for _ in range(2):
                 opened.append(_connect(path, self.synchronous))
         except BaseException as exc:
