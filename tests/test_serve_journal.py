@@ -36,12 +36,7 @@ async def echo(n: int) -> int:
     return n
 
 
-async def test_a_damaged_journal_is_refused_by_name_before_any_item_runs(tmp_path: Path) -> None:
-    # Measured before: a bare sqlite3.DatabaseError at the first lookup,
-    # naming no file, blamed on the run of an item that never ran.
-    path = tmp_path / "j.db"
-    await serve(range(3000), echo, window=8, key=lambda n: f"item-{n:06d}", journal=path,
-                signals=())  # fmt: skip
+def damage_a_page(path: Path) -> None:
     with sqlite3.connect(path) as db:
         (page_size,) = db.execute("PRAGMA page_size").fetchone()
         (pages,) = db.execute("PRAGMA page_count").fetchone()
@@ -49,6 +44,19 @@ async def test_a_damaged_journal_is_refused_by_name_before_any_item_runs(tmp_pat
     with open(path, "r+b") as file:
         file.seek(page_size * (pages // 2))
         file.write(b"\x5a" * page_size)
+
+
+def size_of(path: str) -> int:
+    return os.stat(path).st_size if os.path.exists(path) else 0
+
+
+async def test_a_damaged_journal_is_refused_by_name_before_any_item_runs(tmp_path: Path) -> None:
+    # Measured before: a bare sqlite3.DatabaseError at the first lookup,
+    # naming no file, blamed on the run of an item that never ran.
+    path = tmp_path / "j.db"
+    await serve(range(3000), echo, window=8, key=lambda n: f"item-{n:06d}", journal=path,
+                signals=())  # fmt: skip
+    damage_a_page(path)
     ran: list[int] = []
 
     async def run(n: int) -> int:
@@ -88,9 +96,9 @@ def test_a_full_disk_at_creation_is_an_oserror_that_leaves_no_file(tmp_path: Pat
 
 
 def test_signals_are_absorbed_until_the_journal_is_closed(tmp_path: Path) -> None:
-    # Signals sent once serve() logs that it stopped, which it does after
-    # closing its journal. Measured before: the handlers were restored
-    # first, and a SIGINT there escaped as KeyboardInterrupt (10 of 10).
+    # Signals sent as serve() says it closes its journal. Measured before:
+    # the handlers were restored first, and a SIGINT there escaped as
+    # KeyboardInterrupt (10 of 10).
     done = python(f"""
         import logging, os, signal
         import trio
@@ -99,13 +107,13 @@ def test_signals_are_absorbed_until_the_journal_is_closed(tmp_path: Path) -> Non
         class Interrupter(logging.Handler):
             sent = 0
             def emit(self, record):
-                if record.getMessage().startswith("serve: stopped"):
+                if record.getMessage().startswith("serve: closing the journal"):
                     for signum in (signal.SIGINT, signal.SIGINT, signal.SIGTERM):
                         os.kill(os.getpid(), signum)
                         Interrupter.sent += 1
 
         logging.getLogger("sluicegate").addHandler(Interrupter())
-        logging.getLogger("sluicegate").setLevel(logging.INFO)
+        logging.getLogger("sluicegate").setLevel(logging.DEBUG)
 
         async def run(n):
             return n
@@ -169,26 +177,22 @@ async def test_two_services_on_one_journal_keep_the_wal_bounded(tmp_path: Path) 
     largest = 0
     padding = "x" * 400
 
-    def sized(prefix: str) -> object:
-        async def run(n: int) -> str:
-            nonlocal largest
-            if n % 500 == 0:
-                await trio.lowlevel.checkpoint()
-                largest = max(largest, os.stat(wal).st_size if os.path.exists(wal) else 0)
-            return padding
+    async def run(n: int) -> str:
+        nonlocal largest
+        if n % 500 == 0:
+            await trio.lowlevel.checkpoint()
+            largest = max(largest, size_of(wal))
+        return padding
 
-        return run
+    async def service(prefix: str) -> None:
+        await serve(range(40_000), run, window=64, key=lambda n: f"{prefix}{n}", journal=path,
+                    signals=())  # fmt: skip
 
     async with trio.open_nursery() as nursery:
-        for prefix in ("a", "b"):
-            nursery.start_soon(
-                lambda prefix=prefix: serve(
-                    range(40_000), sized(prefix), window=64, key=lambda n, p=prefix: f"{p}{n}",
-                    journal=path, signals=(),
-                )
-            )  # fmt: skip
+        nursery.start_soon(service, "a")
+        nursery.start_soon(service, "b")
     assert Journal(path).counts() == {"ok": 80_000, "error": 0}
-    assert os.path.getsize(path) > 32 << 20  # more than twice what the WAL may hold
+    assert size_of(str(path)) > 32 << 20  # more than twice what the WAL may hold
     assert largest < 16 << 20
 
 
@@ -219,7 +223,5 @@ async def test_a_key_fed_again_while_in_flight_runs_once(tmp_path: Path) -> None
     )  # fmt: skip
     assert sorted(ran) == ["a", "b"]
     assert (report.ok, report.skipped) == (2, 4)
-    assert [(served.key, served.skipped, served.value) for served in heard if served.key == "a"] == [
-        ("a", False, "A"),
-        *[("a", True, "A")] * 4,
-    ]
+    copies = [(served.key, served.skipped, served.value) for served in heard if served.key == "a"]
+    assert copies == [("a", False, "A"), *[("a", True, "A")] * 4]

@@ -1,0 +1,262 @@
+"""The journal as a running service holds it: lookups, and rows committed in groups.
+
+Lookups ("has this key finished?") run on the trio thread, each its own
+short read (a key lookup in a B-tree whose hot pages are cached): no read
+transaction is held open, so nothing pins the WAL. Rows go into the pending
+batch, and one writer task commits the whole batch at once in a worker
+thread (group commit): at once when someone waits for one of its rows, else
+once ``_GROUP_ROWS`` rows are there or ``_GROUP_S`` seconds have passed.
+
+Checkpoints are SQLite's own: after a commit that leaves the WAL past
+``wal_autocheckpoint`` pages, the committing connection copies it into the
+database, in the same worker thread, and the next writer starts the WAL again
+from its beginning (cut back to ``journal_size_limit``). Since no connection
+holds a read transaction for long, this works with several services on one
+journal too. docs/service.md compares this with a dedicated checkpointer.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from .. import _sqlite
+from .._sqlite import display
+from ._rows import LOOKUP, STATUS, ErrorRow, JournalEntry, JournalError, OkRow, insert, stored_key
+
+__all__ = ["Batch", "Committed", "JournalWriter", "connect_writer"]
+
+# A commit waits this long for another writer's lock before failing the service.
+BUSY_TIMEOUT_S = 30.0
+# How often a commit waiting for the lock looks whether it was cancelled.
+_POLL_S = 0.05
+_GROUP_ROWS = 256  # rows that make a commit due when nobody waits for one
+_GROUP_S = 0.02  # how long rows nobody waits for may stay uncommitted
+_WAL_PAGES = 1000  # WAL pages after which a commit checkpoints (SQLite's default)
+_WAL_BYTES = 4 << 20  # what the WAL file is cut back to when it starts again
+
+Committed = Callable[[int, int], None]
+
+
+def connect_writer(path: Path, synchronous: str) -> sqlite3.Connection:
+    """A read-write connection to the journal at ``path``, set up for a service."""
+    # Used by one thread at a time, though not always the same one.
+    db = _sqlite.connect(path, "rw", timeout=_POLL_S, check_same_thread=False)
+    try:
+        db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        db.execute(f"PRAGMA wal_autocheckpoint = {_WAL_PAGES}")
+        db.execute(f"PRAGMA journal_size_limit = {_WAL_BYTES}")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+class Batch:
+    """Rows waiting for one commit; ``done`` is set once it is committed."""
+
+    __slots__ = ("done", "errors", "oks")
+
+    def __init__(self) -> None:
+        self.oks: list[OkRow] = []
+        self.errors: list[ErrorRow] = []
+        self.done = trio.Event()
+
+    def __len__(self) -> int:
+        return len(self.oks) + len(self.errors)
+
+
+class JournalWriter:
+    """A journal opened by one service: lookups, and a writer task that commits in groups.
+
+    Whoever adds a row decides whether to wait for its commit: a service that
+    acknowledges items upstream must; one that does not need not, and only
+    waits once :attr:`backlogged` rows pile up, which keeps memory bounded.
+
+    Args:
+        path: The journal file (for messages).
+        reader: The connection of the trio thread's lookups.
+        writer: The connection worker threads commit with.
+        backlog: How many uncommitted rows make :attr:`backlogged` true.
+        on_commit: Called on the trio thread after each commit with the
+            number of successes and failures it made durable.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        reader: sqlite3.Connection,
+        writer: sqlite3.Connection,
+        *,
+        backlog: int,
+        on_commit: Committed | None = None,
+    ) -> None:
+        self.path = path
+        self._reader = reader
+        self._writer = writer
+        self._backlog = backlog
+        self._on_commit = on_commit
+        self._pending = Batch()
+        # The batch each uncommitted key is in, so that a key fed again
+        # before its row is committed is seen as finished.
+        self._uncommitted: dict[str | bytes, Batch] = {}
+        self._awaited = False
+        self._wake = trio.Event()
+        self._broken = False
+        # One commit at a time on the writer connection: the writer task's,
+        # or the service's last one.
+        self._committing = trio.Lock()
+
+    # -- lookups -------------------------------------------------------------------------
+
+    def status(self, key: str) -> str | None:
+        """``"ok"`` or ``"error"`` when ``key`` is committed, else None."""
+        row = self._reader.execute(STATUS, (stored_key(key),)).fetchone()
+        return None if row is None else row[0]
+
+    def entry(self, key: str) -> JournalEntry | None:
+        """The entry committed for ``key``, or None."""
+        row = self._reader.execute(LOOKUP, (stored_key(key),)).fetchone()
+        return None if row is None else JournalEntry.from_row(row)
+
+    def uncommitted(self, key: str) -> Batch | None:
+        """The batch holding ``key``'s row while it waits for its commit, else None."""
+        return self._uncommitted.get(stored_key(key))
+
+    # -- rows ----------------------------------------------------------------------------
+
+    def add_ok(self, row: OkRow) -> Batch:
+        """Queue a success for the next commit; returns the batch it joined."""
+        batch = self._pending
+        batch.oks.append(row)
+        return self._added(row[0], batch)
+
+    def add_error(self, row: ErrorRow) -> Batch:
+        """Queue a failure for the next commit; returns the batch it joined."""
+        batch = self._pending
+        batch.errors.append(row)
+        return self._added(row[0], batch)
+
+    def _added(self, key: str | bytes, batch: Batch) -> Batch:
+        self._uncommitted[key] = batch
+        if len(batch) == _GROUP_ROWS or len(batch) == 1:
+            self._wake.set()
+        return batch
+
+    @property
+    def backlogged(self) -> bool:
+        """Whether so many rows wait for a commit that whoever adds more should wait too."""
+        return len(self._pending) >= self._backlog
+
+    async def committed(self, batch: Batch) -> None:
+        """Return once ``batch`` is committed; waiting makes its commit due at once.
+
+        A failed commit ends the writer task with a :class:`JournalError`,
+        which fails the service and cancels this wait.
+        """
+        if batch is self._pending and not self._awaited:
+            self._awaited = True
+            self._wake.set()
+        await batch.done.wait()
+
+    # -- the writer task -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Commit pending rows until cancelled; then, for up to a second, what is left.
+
+        Raises:
+            JournalError: a commit failed (the disk is full, say); the
+                service must stop, since nothing more can be recorded.
+        """
+        try:
+            while True:
+                if not self._pending:
+                    await self._wake.wait()
+                    self._wake = trio.Event()
+                    continue
+                if not self._awaited and len(self._pending) < _GROUP_ROWS:
+                    with trio.move_on_after(_GROUP_S):
+                        await self._wake.wait()
+                self._wake = trio.Event()
+                await self._flush()
+        finally:
+            if self._pending and not self._broken:
+                # Rows of items that finished: committed if the lock can be
+                # had within a second, else they run again after a restart.
+                with trio.move_on_after(_LAST_COMMIT_S) as last:
+                    last.shield = True
+                    await self._flush()
+
+    async def flush(self) -> None:
+        """Commit what is pending now (the service's last act when it ends normally)."""
+        if self._pending:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        async with self._committing:
+            if self._pending:
+                await self._commit_pending()
+
+    async def _commit_pending(self) -> None:
+        batch, self._pending = self._pending, Batch()
+        self._awaited = False
+        try:
+            await trio.to_thread.run_sync(self._commit, batch)
+        except trio.Cancelled:
+            # Not committed: the last try may still commit it.
+            batch.oks += self._pending.oks
+            batch.errors += self._pending.errors
+            self._pending = batch
+            raise
+        except Exception as exc:
+            self._broken = True
+            raise JournalError(
+                f"{display(self.path)}: could not record {len(batch)} item(s): {exc}"
+            ) from exc
+        for row in batch.oks:
+            self._uncommitted.pop(row[0], None)
+        for error in batch.errors:
+            self._uncommitted.pop(error[0], None)
+        if self._on_commit is not None:
+            self._on_commit(len(batch.oks), len(batch.errors))
+        batch.done.set()
+
+    def _commit(self, batch: Batch) -> None:
+        """Write ``batch`` and commit it, in a worker thread.
+
+        The lock is asked for in short waits, so that a cancelled service
+        stops waiting within ``_POLL_S`` (``check_cancelled``).
+        """
+        db = self._writer
+        give_up = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                if not _sqlite.is_busy(exc) or time.monotonic() > give_up:
+                    raise
+                trio.from_thread.check_cancelled()
+        try:
+            insert(db, batch.oks, batch.errors)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    async def aclose(self) -> None:
+        """Close both connections, in a worker thread (the last close checkpoints)."""
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self.close)
+
+    def close(self) -> None:
+        self._reader.close()
+        self._writer.close()
+
+
+_LAST_COMMIT_S = 1.0
