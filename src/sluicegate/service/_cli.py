@@ -1,8 +1,9 @@
-"""``sluicegate journal show|errors PATH``: read a service's journal, even while it runs."""
+"""``sluicegate journal show|errors|trim PATH``: read or trim a journal, even while it runs."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from typing import Any
@@ -96,6 +97,24 @@ def _errors(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trim(args: argparse.Namespace) -> int:
+    if not args.older_than >= 0:
+        print(
+            f"sluicegate journal trim: --older-than must be a number of days >= 0, "
+            f"got {args.older_than}",
+            file=sys.stderr,
+        )
+        return 2
+    before = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=args.older_than)
+    try:
+        forgotten = Journal(args.path).trim(before, errors=args.errors)
+    except (OSError, JournalError) as exc:
+        return _error(exc)
+    what = "item(s)" if args.errors else "successful item(s); errors kept"
+    print(f"forgot {forgotten:,} {what} finished before {before:%Y-%m-%d %H:%M:%S} UTC")
+    return 0
+
+
 def register(commands: Any) -> None:
     """Add the ``journal`` subcommand to ``commands``.
 
@@ -119,3 +138,14 @@ def register(commands: Any) -> None:
     )
     errors.add_argument("--json", action="store_true", help="print them as a JSON list")
     errors.set_defaults(handler=_errors)
+    trim = actions.add_parser(
+        "trim",
+        help="forget old items (they run again if fed again); errors are kept unless --errors",
+    )
+    trim.add_argument("path", metavar="PATH", help="the journal file")
+    trim.add_argument(
+        "--older-than", type=float, required=True, metavar="DAYS",
+        help="forget items that finished more than DAYS days ago",
+    )  # fmt: skip
+    trim.add_argument("--errors", action="store_true", help="forget old errors (dead letters) too")
+    trim.set_defaults(handler=_trim)

@@ -161,6 +161,40 @@ class Journal:
 
     # -- writing ---------------------------------------------------------------------
 
+    def trim(self, before: datetime.datetime, *, errors: bool = False) -> int:
+        """Forget the items that finished before ``before``; safe while a service runs.
+
+        A forgotten key is no longer skipped: it runs again if it is fed
+        again. The file does not shrink, but SQLite reuses the pages freed,
+        so trimming regularly bounds a long-lived service's journal.
+
+        Args:
+            before: An aware datetime; items that finished earlier go.
+            errors: Forget recorded errors (dead letters) too; by default
+                they are kept, however old, until someone looks at them.
+
+        Returns:
+            How many items were forgotten.
+
+        Raises:
+            TypeError: ``before`` is not an aware datetime.
+            FileNotFoundError: there is no file at the path.
+            JournalError: the file is not a sluicegate journal or is damaged.
+        """
+        if not isinstance(before, datetime.datetime) or before.tzinfo is None:
+            raise TypeError(f"before must be an aware datetime (with a tzinfo), not {before!r}")
+        if not self.path.is_file():
+            raise FileNotFoundError(errno.ENOENT, "no journal there", display(self.path))
+        query = "DELETE FROM items WHERE finished < ?" + ("" if errors else " AND status = 'ok'")
+        try:
+            with closing(_sqlite.connect(self.path, "rw", timeout=BUSY_TIMEOUT_S)) as db:
+                if check_identity(db, self.path) == "empty":
+                    return 0
+                with _sqlite.immediate(db):
+                    return db.execute(query, (before.timestamp(),)).rowcount
+        except sqlite3.DatabaseError as exc:
+            raise refuse(self.path, f"cannot trim it: {exc}") from None
+
     def open(self, *, on_commit: Committed | None = None, backlog: int = 1024) -> JournalWriter:
         """Create the journal if needed and open it for a service.
 
