@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import pickle
 from pathlib import Path
@@ -140,3 +141,58 @@ async def test_a_skipped_dead_letter_can_be_pickled_and_copied(tmp_path: Path) -
         )
         assert "ValueError: bad 1" in twin.traceback
         assert str(twin) == str(error) == "ValueError: bad 1"
+
+
+async def test_a_value_too_long_to_write_out_is_recorded_and_the_service_goes_on(
+    tmp_path: Path,
+) -> None:
+    # str() of an int over 4,300 digits raises: the journal keeps a text
+    # saying what it was, and the other items carry on.
+    async def run(n: int) -> int:
+        await trio.lowlevel.checkpoint()
+        return 10**5000 if n == 1 else n
+
+    path = tmp_path / "j.db"
+    report = await serve(range(4), run, window=2, key=str, journal=path, signals=())
+    assert (report.ok, report.failed) == (4, 0)
+    entry = Journal(path).get("1")
+    assert entry is not None and entry.ok
+    assert entry.value_format == "repr"
+    assert entry.value.startswith("<int of 16610 bits")
+    assert Journal(path).counts() == {"ok": 4, "error": 0}
+
+
+@pytest.mark.parametrize("level", [logging.WARNING, logging.INFO, logging.DEBUG])
+@pytest.mark.parametrize("stats", [False, True])
+@pytest.mark.parametrize("watched", [False, True], ids=["unwatched", "metrics-registry"])
+async def test_a_bad_key_fails_the_service_whatever_the_logging_or_metrics(
+    caplog: pytest.LogCaptureFixture, level: int, stats: bool, watched: bool
+) -> None:
+    caplog.set_level(level, logger="sluicegate")
+    if watched:
+        pytest.importorskip("prometheus_client")
+        from prometheus_client import CollectorRegistry
+
+        from sluicegate.service import prometheus_collector
+
+        prometheus_collector(registry=CollectorRegistry())
+    ran: list[int] = []
+
+    async def run(n: int) -> int:
+        ran.append(n)
+        await trio.lowlevel.checkpoint()
+        return n
+
+    with pytest.raises(TypeError, match="key\\(item\\) must return a str, not int"):
+        await serve(
+            range(3), run, window=1, key=lambda n: n,  # type: ignore[arg-type,return-value]
+            on_stats=print if stats else None, signals=(),
+        )  # fmt: skip
+    assert ran == []  # the key is asked before the item runs
+
+    def divide(n: int) -> str:
+        return str(1 / (n - 2))
+
+    with pytest.raises(ZeroDivisionError):
+        await serve(range(3), run, window=1, key=divide, signals=())
+    assert ran == [0, 1]
