@@ -30,7 +30,7 @@ async def test_trimmed_keys_run_again_only_if_they_are_fed_again(tmp_path: Path)
     journal = Journal(path)
     new = journal.get("new")
     assert new is not None
-    assert journal.trim(new.finished) == 2  # the old successes; the dead letter stays
+    assert journal.trim(new.started) == 2  # the old successes; the dead letter stays
     assert journal.get("old-1") is None and journal.get("bad-old") is not None
     ran.clear()
     report = await serve(
@@ -38,7 +38,7 @@ async def test_trimmed_keys_run_again_only_if_they_are_fed_again(tmp_path: Path)
     )
     assert (ran, report.ok, report.skipped) == (["old-1"], 1, 2)
     assert journal.get("old-2") is None  # not fed again: not run again
-    assert journal.trim(new.finished, errors=True) == 1
+    assert journal.trim(new.started, errors=True) == 1
     assert journal.get("bad-old") is None
 
 

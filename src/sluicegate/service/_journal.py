@@ -226,6 +226,8 @@ class Journal:
             raise _cannot_create(path, exc) from exc
         opened: list[sqlite3.Connection] = []
         try:
+            # The writer first: creating or checking the journal waits for
+            # another service's commit; its commits will not (see JournalWriter).
             opened.append(connect_writer(path, self.synchronous))
             _initialize(opened[0], path)
             # A damaged page would otherwise fail the first lookup that
@@ -233,6 +235,8 @@ class Journal:
             problems = [row[0] for row in opened[0].execute("PRAGMA quick_check(3)")]
             if problems != ["ok"]:
                 raise refuse(path, f"it is damaged ({'; '.join(problems)})")
+            opened[0].execute("PRAGMA busy_timeout = 0")
+            # Lookups wait only while another connection recovers the WAL.
             opened.append(connect_writer(path, self.synchronous))
         except BaseException as exc:
             for db in opened:
@@ -245,8 +249,11 @@ class Journal:
             if isinstance(exc, sqlite3.Error):
                 raise _database_error(path, exc, creating=created) from None
             raise
-        reader, writer = opened
-        return JournalWriter(path, reader, writer, backlog=backlog, on_commit=on_commit)
+        writer, reader = opened
+        return JournalWriter(
+            path, reader, writer, backlog=backlog, synchronous=self.synchronous,
+            on_commit=on_commit,
+        )  # fmt: skip
 
 
 def _database_error(path: Path, exc: sqlite3.Error, *, creating: bool) -> Exception:

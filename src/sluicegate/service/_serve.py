@@ -50,7 +50,7 @@ from .._runner import (
 )
 from .._signals import DEFAULT_SIGNALS, check_signals, drain_on_signals
 from .._sqlite import display
-from .._util import as_async_iterator, close_source, sole_exception, surely_sync
+from .._util import as_async_iterator, close_source, pace, sole_exception, surely_sync
 from ._journal import Journal
 from ._rows import JournalEntry, error_row, ok_row
 from ._stats import ServeStats, Snapshots, Tally, registry
@@ -404,12 +404,12 @@ class _Admission(Generic[T]):
 class _Tickets(Generic[T]):
     """The items of a source as tickets; with ``skips``, recorded ones are settled here."""
 
-    __slots__ = ("_async", "_service", "_skips", "_source", "_sync")
+    __slots__ = ("_async", "_service", "_skipped", "_skips", "_sync")
 
     def __init__(self, service: _Service[T], source: Any, *, skips: bool) -> None:
         self._service = service
-        self._source = source
         self._skips = skips and service.writer is not None
+        self._skipped = 0
         self._async: AsyncIterator[T] | None = None
         self._sync: Iterator[T] | None = None
         if isinstance(source, AsyncIterable):
@@ -434,6 +434,10 @@ class _Tickets(Generic[T]):
             ticket = _Ticket(item, None if key is None else _key_of(key, item))
             if not (self._skips and await service.skipped(ticket)):
                 return ticket
+            # A restart may skip a long run of recorded items: stay
+            # cancellable, and let other tasks in, as any loop over items.
+            self._skipped += 1
+            await pace(self._skipped)
 
     async def aclose(self) -> None:
         await close_source(self._async if self._async is not None else self._sync)
@@ -530,8 +534,8 @@ class _Service(Generic[T]):
         start = trio.current_time()
         try:
             tried = await attempt(
-                partial(settings.run, ticket.item), retry=settings.retry, limit=settings.timeout,
-                drain=self.drain, on_retry=self.retrying,
+                partial(settings.run, ticket.item), retry=settings.retry,
+                limit=settings.timeout, drain=self.drain, on_retry=self.retrying,
             )  # fmt: skip
         except CutShort as cut:
             logger.info(
@@ -547,17 +551,17 @@ class _Service(Generic[T]):
             tally.cut += 1
             self.landed(ticket)
             raise
+        attempts = tried.attempts
         result = tried.result
         if type(result) is outcome.Value:
-            served = ServedItem(ticket.item, ticket.key, True, result.value, None, tried.attempts,
-                                trio.current_time() - start)  # fmt: skip
+            value, error = result.value, None
         else:
-            error = result.error
+            value, error = None, result.error
             if settings.raise_errors:
                 self.landed(ticket)
                 raise error
-            served = ServedItem(ticket.item, ticket.key, False, None, error, tried.attempts,
-                                trio.current_time() - start)  # fmt: skip
+        served = ServedItem(ticket.item, ticket.key, error is None, value, error, attempts,
+                            trio.current_time() - start)  # fmt: skip
         try:
             await self.settle(ticket, served, started)
         finally:

@@ -3,20 +3,29 @@
 Lookups ("has this key finished?") run on the trio thread, each its own
 short read (a key lookup in a B-tree whose hot pages are cached): no read
 transaction is held open, so nothing pins the WAL. Rows go into the pending
-batch, and one writer task commits the whole batch at once in a worker
-thread (group commit): at once when someone waits for one of its rows, else
-once ``_GROUP_ROWS`` rows are there or ``_GROUP_S`` seconds have passed.
+batch, and one writer task commits the whole batch at once (group commit):
+at once when someone waits for one of its rows, else once ``_GROUP_ROWS``
+rows are there or ``_GROUP_S`` seconds have passed.
 
-Checkpoints are SQLite's own: after a commit that leaves the WAL past
-``wal_autocheckpoint`` pages, the committing connection copies it into the
-database, in the same worker thread, and the next writer starts the WAL again
+Where a commit runs: with ``synchronous="normal"`` a commit in WAL mode does
+not wait for the disk, so it runs on the trio thread, unless another
+connection holds the write lock, in which case that one commit waits for it
+in a worker thread. With ``synchronous="full"`` every commit fsyncs, so
+every commit runs in a worker thread.
+
+Checkpoints: once a commit leaves the WAL past ``_WAL_BYTES``, the writer
+task copies it into the database in a worker thread (the fsync of
+``synchronous="normal"``) before it commits again; with no commit of its own
+in between, the copy completes, and the next commit starts the WAL again
 from its beginning (cut back to ``journal_size_limit``). Since no connection
 holds a read transaction for long, this works with several services on one
-journal too. docs/service.md compares this with a dedicated checkpointer.
+journal too. docs/service.md compares this with the dedicated checkpointer
+it replaced.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -36,19 +45,22 @@ BUSY_TIMEOUT_S = 30.0
 _POLL_S = 0.05
 _GROUP_ROWS = 256  # rows that make a commit due when nobody waits for one
 _GROUP_S = 0.02  # how long rows nobody waits for may stay uncommitted
-_WAL_PAGES = 1000  # WAL pages after which a commit checkpoints (SQLite's default)
-_WAL_BYTES = 4 << 20  # what the WAL file is cut back to when it starts again
+_WAL_BYTES = 4 << 20  # WAL size that makes a checkpoint due; what a restarted WAL is cut to
 
 Committed = Callable[[int, int], None]
 
 
 def connect_writer(path: Path, synchronous: str) -> sqlite3.Connection:
     """A read-write connection to the journal at ``path``, set up for a service."""
-    # Used by one thread at a time, though not always the same one.
-    db = _sqlite.connect(path, "rw", timeout=_POLL_S, check_same_thread=False)
+    # Used by one thread at a time, though not always the same one. The
+    # writer's commits set their busy timeout to 0 once it is open: the trio
+    # thread must not block, and a worker thread waits in steps it can be
+    # cancelled between (see JournalWriter._commit).
+    db = _sqlite.connect(path, "rw", timeout=BUSY_TIMEOUT_S, check_same_thread=False)
     try:
         db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-        db.execute(f"PRAGMA wal_autocheckpoint = {_WAL_PAGES}")
+        # Checkpoints are the writer task's, in a worker thread (see above).
+        db.execute("PRAGMA wal_autocheckpoint = 0")
         db.execute(f"PRAGMA journal_size_limit = {_WAL_BYTES}")
     except BaseException:
         db.close()
@@ -93,9 +105,12 @@ class JournalWriter:
         writer: sqlite3.Connection,
         *,
         backlog: int,
+        synchronous: str = "normal",
         on_commit: Committed | None = None,
     ) -> None:
         self.path = path
+        self._wal = f"{os.fsdecode(path)}-wal"
+        self._commit_here = synchronous == "normal"
         self._reader = reader
         self._writer = writer
         self._backlog = backlog
@@ -183,6 +198,10 @@ class JournalWriter:
                         await self._wake.wait()
                 self._wake = trio.Event()
                 await self._flush()
+                if _file_size(self._wal) > _WAL_BYTES:
+                    # Before the next commit: the copy can then complete,
+                    # and that commit start the WAL again.
+                    await trio.to_thread.run_sync(self._checkpoint)
         finally:
             if self._pending and not self._broken:
                 # Rows of items that finished: committed if the lock can be
@@ -205,7 +224,8 @@ class JournalWriter:
         batch, self._pending = self._pending, Batch()
         self._awaited = False
         try:
-            await trio.to_thread.run_sync(self._commit, batch)
+            if not (self._commit_here and self._commit_now(batch)):
+                await trio.to_thread.run_sync(self._commit, batch)
         except trio.Cancelled:
             # Not committed: the last try may still commit it.
             batch.oks += self._pending.oks
@@ -225,11 +245,22 @@ class JournalWriter:
             self._on_commit(len(batch.oks), len(batch.errors))
         batch.done.set()
 
-    def _commit(self, batch: Batch) -> None:
-        """Write ``batch`` and commit it, in a worker thread.
+    def _commit_now(self, batch: Batch) -> bool:
+        """Commit ``batch`` on the trio thread; False if another connection holds the lock."""
+        try:
+            self._writer.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if _sqlite.is_busy(exc):
+                return False
+            raise
+        self._write(batch)
+        return True
 
-        The lock is asked for in short waits, so that a cancelled service
-        stops waiting within ``_POLL_S`` (``check_cancelled``).
+    def _commit(self, batch: Batch) -> None:
+        """Commit ``batch`` in a worker thread, waiting for the lock if need be.
+
+        The lock is asked for every ``_POLL_S``, so that a cancelled service
+        stops waiting that soon (``check_cancelled``).
         """
         db = self._writer
         give_up = time.monotonic() + BUSY_TIMEOUT_S
@@ -240,7 +271,13 @@ class JournalWriter:
             except sqlite3.OperationalError as exc:
                 if not _sqlite.is_busy(exc) or time.monotonic() > give_up:
                     raise
-                trio.from_thread.check_cancelled()
+            trio.from_thread.check_cancelled()
+            time.sleep(_POLL_S)
+        self._write(batch)
+
+    def _write(self, batch: Batch) -> None:
+        """Write ``batch`` in the open write transaction and commit it."""
+        db = self._writer
         try:
             insert(db, batch.oks, batch.errors)
             db.execute("COMMIT")
@@ -248,6 +285,9 @@ class JournalWriter:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+
+    def _checkpoint(self) -> None:
+        self._writer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
 
     async def aclose(self) -> None:
         """Close both connections, in a worker thread (the last close checkpoints)."""
@@ -260,3 +300,10 @@ class JournalWriter:
 
 
 _LAST_COMMIT_S = 1.0
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
