@@ -111,14 +111,17 @@ def identity(db: sqlite3.Connection, application_id: int, version: int) -> Ident
         table: a new file, or one whose creation stopped before its first
         commit), or ``"foreign"``.
     """
-    (found,) = db.execute("PRAGMA application_id").fetchone()
-    (stored,) = db.execute("PRAGMA user_version").fetchone()
+    # One statement, so one snapshot: read apart, the three could straddle
+    # another connection's creation of the schema.
+    found, stored, tables = db.execute(
+        "SELECT (SELECT application_id FROM pragma_application_id),"
+        " (SELECT user_version FROM pragma_user_version),"
+        " (SELECT count(*) FROM sqlite_schema)"
+    ).fetchone()
     if found == application_id:
         return "ours" if stored <= version else "newer"
-    if found == 0:
-        (tables,) = db.execute("SELECT count(*) FROM sqlite_schema").fetchone()
-        if tables == 0:
-            return "empty"
+    if found == 0 and tables == 0:
+        return "empty"
     return "foreign"
 
 

@@ -479,9 +479,9 @@ class _Service(Generic[T]):
         # depends on the logging level or on a metrics registry.
         self.tally = Tally(histogram=self.ticking or registry.watchers > 0)
         self.debug = logger.isEnabledFor(logging.DEBUG)
-        # Keys of items running now, with what ends their run: a copy fed
-        # meanwhile waits for it, then is skipped like any recorded key.
-        self.flights: dict[str, trio.Event] = {}
+        # Keys of items running now, with the event a copy fed meanwhile
+        # waits on (made only then) before it is looked up like any key.
+        self.flights: dict[str, trio.Event | None] = {}
         # A source that binds the run (a SampleSource) hears of skipped items.
         self.binds = isinstance(source, BindsRun)
 
@@ -493,15 +493,18 @@ class _Service(Generic[T]):
         assert writer is not None and ticket.key is not None
         ticket.checked = True
         name = ticket.key
-        flight = self.flights.get(name)
-        if flight is not None:
+        flights = self.flights
+        if name in flights:
+            # A copy of this key is running: wait for its end, then look it up.
+            flight = flights[name]
+            if flight is None:
+                flight = flights[name] = trio.Event()
             await flight.wait()
-        batch = writer.uncommitted(name)
-        if batch is not None:
-            await writer.committed(batch)
+            # Its row may still wait for its commit: commit it now.
+            await writer.flush()
         status = writer.status(name)
         if status is None or (status == "error" and self.settings.rerun_errors):
-            self.flights[name] = trio.Event()
+            flights[name] = None
             return False
         tally = self.tally
         tally.pulled += 1
