@@ -16,6 +16,9 @@ Rows and targets (issue 11):
   the ``on_outcome`` rows wait for each item's commit, as a service that
   acknowledges upstream does. The ``synchronous="full"`` rows show what
   surviving a power loss costs.
+* real work: the same with a 1 ms sleep per item (the hand-rolled loop and
+  ``serve()`` with a journal, with and without ``on_outcome``), what the
+  journal's design was chosen on (docs/service.md).
 * memory: ``serve()`` with a journal and ``on_outcome`` over 300,000 items
   (``--quick``: 10,000), in a fresh process; the peak RSS growth must stay
   under 16 MiB, since nothing per item outlives the item.
