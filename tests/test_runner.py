@@ -1290,3 +1290,38 @@ async def test_a_close_failure_during_a_drain_lets_the_runs_finish_then_is_raise
         await run_stream(Dropped(), run, window=3, drain=drain)
     assert sorted(finished) == [1, 2, 3]  # invariant 6: the runs in flight finished
     assert "sluicegate: raised while closing the source for a drain" in caught.value.__notes__
+
+
+class ErrorRecorder(ListRecorder):
+    """A user's recorder with the optional ``errored`` hook."""
+
+    def errored(self, index: int, error: BaseException | str) -> None:
+        self.calls.append(("errored", index, error))
+
+
+@pytest.mark.parametrize("window", [1, 3, None])
+@pytest.mark.parametrize("front", ["run_stream", "ordered", "unordered"])
+async def test_a_recorder_with_errored_hears_each_run_that_raised_once(
+    front: str, window: int | None, autojump_clock: Any
+) -> None:
+    recorder = ErrorRecorder()
+    probe: RunProbe[int] = RunProbe(durations=lambda item: 1 + (item == 2), fail=[2])
+    with pytest.raises(ProbeError):
+        await drive(front, range(6), probe, window=window, trace=recorder)
+    errored = [call for call in recorder.calls if call[0] == "errored"]
+    assert len(errored) == 1
+    _, index, error = errored[0]
+    assert index == 2 and isinstance(error, ProbeError)
+    # Heard right after its finished, and never for a run cut by the failure.
+    position = recorder.calls.index(errored[0])
+    assert recorder.calls[position - 1] == ("finished", 2, error)
+    cancelled = [
+        c for c in recorder.calls if c[0] == "finished" and isinstance(c[2], trio.Cancelled)
+    ]
+    assert {c[1] for c in cancelled} == set(probe.cancelled)
+
+
+async def test_a_recorder_with_errored_hears_nothing_when_every_run_returns() -> None:
+    recorder = ErrorRecorder()
+    await run_stream(range(5), RunProbe(), window=2, trace=recorder)
+    assert not [call for call in recorder.calls if call[0] == "errored"]

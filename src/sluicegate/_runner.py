@@ -1,30 +1,33 @@
 """The one dispatcher: pull from a source through a bounded window of runs.
 
 Everything else in sluicegate is built on :func:`run_stream` and
-:func:`open_stream`. Both run a stream inside :func:`_dispatching`, which
+:func:`open_stream`. Both run a stream inside :func:`_open_block`, which
 owns the seven invariants of docs/runner.md: the window, back-pressure,
 order, fail-fast, close-out, drain and caller cancellation. A comment
 ``# invariant N`` marks each place that enforces one.
 
 How it is laid out (docs/runner.md, "How it is built", says why):
 
-* :class:`_State` holds the counters and flags every task of one stream
-  reads, each field with the invariant it serves. The objects below keep
-  only what is theirs (the turn its waiters, a hand-over its results), each
-  field declared once with its invariant.
+* :class:`_State` holds the counters every task of one stream reads, each
+  field with the invariant it serves, and :class:`_Ending`, the one record
+  of how the stream is ending (what closed admission, the first failure,
+  whether it was cut short). The objects below keep only what is theirs
+  (the turn its waiters, a hand-over its results).
 * :class:`_Turn` decides who pulls next: one task at a time, and for
-  ``open_stream`` only while a window place is free. A drain cuts the pull
-  in progress through it.
-* :class:`_Collect`, :class:`_Each`, :class:`_Ordered` and
-  :class:`_Unordered` are the ways a finished run's value is handed over:
-  into ``run_stream``'s list, to ``run_each``'s callback and no further, or
-  to an ``open_stream`` consumer in pull order or in completion order.
-* :class:`_Dispatch` runs the workers: with a window, ``window`` long-lived
-  tasks that each pull an item, run it and loop (no task per item); with
-  ``window=None``, one puller that gives each item a task of its own.
-* :class:`_Dispatching` is the async context manager both fronts share: it
+  ``open_stream`` with an int window only while a place is free. A drain
+  cuts the pull in progress through it.
+* Three ways to hand a finished run's value over: :class:`_AsReturned`
+  gives it to a sink as the run returns (``run_stream``'s
+  :class:`_ResultList`, or ``run_each``'s callback); :class:`_Ordered` and
+  :class:`_Unordered` (both :class:`_ToConsumer`) keep it for the
+  ``open_stream`` consumer, in pull order or in completion order.
+* :class:`_Dispatcher` runs the workers: with a window, long-lived tasks
+  that each take a place, pull an item, run it and loop (no task per item);
+  with ``window=None``, one puller that gives each item a task of its own.
+  With a window object (:class:`WindowLike`) the places are the object's.
+* :class:`_StreamBlock` is the async context manager both fronts run in: it
   opens the nursery, and on the way out closes the source and decides what
-  to raise.
+  to raise. :func:`_open_block` checks the arguments and builds one.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collections.abc import (
     Iterator,
 )
 from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Generic, Literal, Protocol, TypeVar, final, runtime_checkable
 
@@ -51,9 +55,11 @@ from ._util import (
     close_source,
     logger,
     sole_exception,
+    surely_sync,
 )
 
 __all__ = [
+    "CURRENT_WINDOW",
     "BindsRun",
     "Done",
     "Drain",
@@ -63,14 +69,15 @@ __all__ = [
     "report_failure",
     "run_each",
     "run_stream",
+    "WindowLike",
 ]
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 Run = Callable[[T], Awaitable[R]]
-# The hand-over strategy a stream uses: _Collect, _Ordered or _Unordered.
-H = TypeVar("H", bound="_Collect[Any, Any] | _Each[Any, Any] | _HandOver[Any, Any]")
+# How a stream hands its results over: _AsReturned, _Ordered or _Unordered.
+H = TypeVar("H", bound="_AsReturned[Any, Any] | _ToConsumer[Any, Any]")
 
 
 @final
@@ -158,12 +165,13 @@ class BindsRun(Protocol):
     the source learn when runs finish.
 
     ``admitting()`` is true while admission is open: false after the source
-    ended, a drain was requested or a run failed. ``drained()`` is true once
-    admission closed because of a drain, and stays false while no drain was
-    requested, when the source ran out before the drain, and once a failure,
-    an outside cancellation or a consumer leaving early has ended the stream:
-    a source asks it when closed, to tell work a drain left unstarted from
-    work a failure threw away. Both may be called from ``bind_run`` itself.
+    ended, a drain was requested, a run failed or the stream was cut short.
+    ``drained()`` is true once admission closed because of a drain, and
+    stays false while no drain was requested, when the source ran out before
+    the drain, and once a failure, an outside cancellation or a consumer
+    leaving early has ended the stream: a source asks it when closed, to
+    tell work a drain left unstarted from work a failure threw away. Both
+    may be called from ``bind_run`` itself.
     """
 
     def bind_run(
@@ -190,6 +198,48 @@ class Pacer(Protocol):
 
 
 @runtime_checkable
+class WindowLike(Protocol):
+    """A window object passed as ``window=`` (a :class:`~sluicegate.Window`).
+
+    Its places bound the runs alive; its size may change while streams run,
+    and several streams may share it. The dispatcher takes a place before
+    each pull (:meth:`acquire_nowait`, else :meth:`acquire`) and gives it
+    back with exactly one :meth:`release`: when the run ends (``run_stream``),
+    when the consumer has taken the result (``open_stream``), or at once for
+    a pull that yields nothing to run. It calls :meth:`observe` once for
+    every run that returned or raised (not for one cut by cancellation),
+    with its duration on trio's clock. It reads :attr:`size` and
+    :attr:`in_flight` to decide how many workers to keep, and subscribes to
+    growth so that a larger size starts runs at once, not only as places
+    free. ``acquire()`` must take nothing when it does not return.
+    """
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    def acquire_nowait(self) -> bool: ...
+
+    async def acquire(self) -> None: ...
+
+    def release(self) -> None: ...
+
+    def observe(self, elapsed: float, error: BaseException | None) -> None: ...
+
+    def _subscribe(self, grew: Callable[[], None]) -> None: ...
+
+    def _unsubscribe(self, grew: Callable[[], None]) -> None: ...
+
+
+# The window object the current task's items run under, None for an int
+# window: what sluicegate._window.current_window() reads. It lives here, below
+# the policies, because the dispatcher sets it in each of its workers.
+CURRENT_WINDOW: ContextVar[WindowLike | None] = ContextVar("sluicegate_window", default=None)
+
+
+@runtime_checkable
 class Recorder(Protocol):
     """Sees what a stream does, passed as ``trace=`` (a ``Timeline``).
 
@@ -204,10 +254,12 @@ class Recorder(Protocol):
     the first failure is recorded and ``"close"`` once the source is closed.
     Methods must be quick and must not raise.
 
-    A recorder may also have ``errored(index, error)``: the layers that catch
-    failures inside their runs (``serve()``, ``evaluate()``, campaigns) call
-    it, through :func:`report_failure`, for every item they count as failed,
-    with the exception or its type name.
+    A recorder may also have ``errored(index, error)``, called through
+    :func:`report_failure` for every item that failed: by the dispatcher
+    for each run that raised (not for one cut by cancellation), right after
+    its ``finished``, and by the layers that catch failures inside their
+    runs (``serve()``, ``evaluate()``, campaigns) for every item they count
+    as failed, with the exception or its type name.
     """
 
     def pulled(self, index: int, item: object, /) -> None: ...
@@ -242,13 +294,25 @@ def _check_arguments(
     drain: object = None,
 ) -> None:
     # invariant 1: a bad window is refused before the source is touched.
-    # bool is an int subclass, but window=True is always a mistake.
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
-        raise TypeError(f"window must be an int >= 1 or None, not {window!r}")
+    # bool is an int subclass, but window=True is always a mistake; a class
+    # has a Window's methods too, unbound: Window for Window(8) is a slip.
+    window_object = not isinstance(window, type) and isinstance(window, WindowLike)
+    if window is not None and (
+        isinstance(window, bool) or not (isinstance(window, int) or window_object)
+    ):
+        raise TypeError(f"window must be an int >= 1, None or a sluicegate.Window, not {window!r}")
     if isinstance(window, int) and window < 1:
         raise ValueError(f"window must be >= 1 or None, got {window}")
     if not callable(run):
         raise TypeError(f"run must be an async callable, not {run!r}")
+    if surely_sync(run):
+        # Refused now: met at the first item, it would have run item 0 for
+        # its side effect and then failed on awaiting a plain value.
+        what = getattr(run, "__qualname__", None) or repr(run)
+        raise TypeError(
+            f"run must be an async function (async def, or a functools.partial of one); "
+            f"{what} is a plain function"
+        )
     if not isinstance(source, (AsyncIterable, Iterable, BindsRun)):
         raise TypeError(
             f"source must be an iterable or async iterable, not {type(source).__name__}"
@@ -269,6 +333,55 @@ def _check_arguments(
 
 
 @attrs.define(eq=False)
+class _Ending:
+    """How a stream is ending: what closed admission, and whether it was cut short.
+
+    ``how`` is None while admission is open (items are pulled); then it says
+    what is ending the stream, a later stage overriding an earlier one:
+    ``"end"`` (the source ran out) or ``"drain"`` (a drain closed admission),
+    then ``"cut"`` (an outside cancellation, or the consumer leaving early,
+    cut the stream short), then ``"failure"`` (a run or the source raised).
+    """
+
+    how: Literal["end", "drain", "cut", "failure"] | None = None
+    # The first failure of a run or the source, raised as itself at the end,
+    # and where it came from ("by the run of item 3"), for notes. (invariant 4)
+    failure: BaseException | None = None
+    where: str = ""
+
+    @property
+    def admitting(self) -> bool:
+        """Items may still be pulled. (invariants 4, 6)"""
+        return self.how is None
+
+    @property
+    def drained(self) -> bool:
+        """A drain closed admission, and nothing cut the stream short since."""
+        return self.how == "drain"
+
+    def close(self, why: Literal["end", "drain"]) -> bool:
+        """Admission closes for ``why`` unless it already has; say whether it did now."""
+        if self.how is None:
+            self.how = why
+            return True
+        return False
+
+    def cut(self) -> None:
+        """An outside cancellation or the consumer leaving cut the stream short."""
+        if self.how != "failure":
+            self.how = "cut"
+
+    def fail(self, exc: BaseException, where: str) -> bool:
+        """Record a failure; say whether it is the first. (invariant 4)"""
+        if self.failure is not None:
+            return False
+        self.how = "failure"
+        self.failure = exc
+        self.where = where
+        return True
+
+
+@attrs.define(eq=False)
 class _State:
     """What the tasks of one stream share. Only the dispatcher's objects touch it."""
 
@@ -280,24 +393,17 @@ class _State:
     # Results the open_stream consumer has taken: a place is free while
     # pulled < handed + window. (invariant 2)
     handed: int = 0
-    # False once the source ended, a run or the source failed, or a drain was
-    # requested: from then on nothing is pulled. (invariants 4, 6)
-    admitting: bool = True
-    # What closed admission first; "drain" makes drained() true.
-    stopped_by: Literal["end", "failure", "drain"] | None = None
-    # The first failure of a run or the source; raised as itself at the end.
-    # (invariant 4)
-    failure: BaseException | None = None
-    # Where that failure came from ("by the run of item 3"), for notes.
-    failed_in: str = ""
-    # A failure, a cancellation from outside or the consumer leaving early
-    # ended the stream, so unstarted work was not left by a drain.
-    cut_short: bool = False
+    # How the stream is ending, in one record: while it says nothing,
+    # admission is open. (invariants 4, 5, 6)
+    ending: _Ending = attrs.Factory(lambda: _Ending())
     # Tasks that can still produce a result: workers, and runs in a task of
     # their own. When it drops to 0 the stream is over. (invariants 2, 6)
     live: int = 0
     # Workers started so far; the pool grows up to the window. (invariant 1)
     workers: int = 0
+    # Places this stream holds in a window object, each given back once; the
+    # ones still held at close-out are given back then. (invariants 1, 2)
+    held: int = 0
     # Whether the source has been closed: it is closed exactly once. (invariant 5)
     closed: bool = False
     # What closing the source raised, raised (or noted) at close-out, after
@@ -418,20 +524,38 @@ class _Turn:
         return not self.queue.tasks and not self.for_place.tasks
 
 
-# -- handing results over: three strategies ---------------------------------------
+# -- handing results over: three ways -----------------------------------------------
 
 
-class _Collect(Generic[T, R]):
-    """run_stream: keep each value at its pull index and return the list at the end."""
+class _AsReturned(Generic[T, R]):
+    """run_stream and run_each: each value goes to a sink as its run returns.
+
+    The run's place frees at once (the worker that ran it pulls again), so
+    the worker pool alone bounds the pulls. ``run_stream``'s sink is a
+    :class:`_ResultList`; ``run_each``'s is the caller's callback, after which
+    the value is dropped and memory stays O(window) however long the stream
+    runs (a service journals each result inside its run).
+    """
 
     limit = None  # the worker pool bounds the pulls by itself (invariant 2)
 
-    def __init__(self, state: _State) -> None:
+    def __init__(self, state: _State, sink: Callable[[int, T, R], None]) -> None:
         self.state = state
-        # Each value at its pull index. (invariant 3)
+        self.keep = sink
+
+    def ended(self) -> None:
+        pass
+
+
+class _ResultList(Generic[R]):
+    """run_stream's sink: each value at its pull index, returned as a list at the end."""
+
+    __slots__ = ("results",)
+
+    def __init__(self) -> None:
         self.results: list[Any] = []
 
-    def keep(self, index: int, item: T, value: R) -> None:
+    def keep(self, index: int, item: object, value: R) -> None:
         results = self.results
         if index == len(results):
             results.append(value)  # invariant 3
@@ -441,33 +565,12 @@ class _Collect(Generic[T, R]):
             results.extend([None] * (index - len(results)))
             results.append(value)
 
-    def ended(self) -> None:
-        pass
 
-
-class _Each(Generic[T, R]):
-    """run_each: each value goes to a callback as its run returns, and is not kept.
-
-    For a consumer that deals with every result inside the run (a service
-    journals it there): its place frees as the run returns, as in
-    ``run_stream``, and memory stays O(window) however long the stream runs.
-    """
-
-    limit = None  # the worker pool bounds the pulls by itself (invariant 2)
-
-    def __init__(self, state: _State, each: Callable[[int, T, R], None] | None) -> None:
-        self.state = state
-        self.keep: Callable[[int, T, R], None] = each if each is not None else _ignore
-
-    def ended(self) -> None:
-        pass
-
-
-def _ignore(index: int, item: object, value: object) -> None:
+def _drop(index: int, item: object, value: object) -> None:
     pass
 
 
-class _HandOver(Generic[T, R]):
+class _ToConsumer(Generic[T, R]):
     """open_stream: results wait for the consumer, each holding its place until taken.
 
     A place is freed only when the consumer has the result in hand, so a
@@ -484,6 +587,8 @@ class _HandOver(Generic[T, R]):
         self.limit = state.window
         # Whose for_place waiters a hand-over wakes; set by the dispatcher.
         self.turn: _Turn | None = None
+        # A window object: a result holds its place until taken. (invariant 2)
+        self.places: WindowLike | None = None
         # Finished runs not handed over yet, by rank: at most window of them.
         # (invariants 2, 3)
         self.ready: dict[int, Done[T, R]] = {}
@@ -492,6 +597,9 @@ class _HandOver(Generic[T, R]):
         self.consumers = _Waiters()
         # The consumer freed places since it last parked (see __anext__).
         self._took = False
+        # The async with block has been left: a result read now would be one
+        # that finished as the stream was being torn down.
+        self.exited = False
 
     def keep(self, index: int, item: T, value: R) -> None:
         raise NotImplementedError
@@ -500,13 +608,17 @@ class _HandOver(Generic[T, R]):
         """Nothing will be kept any more: let every waiting consumer see the end."""
         self.consumers.wake_all()
 
-    def __aiter__(self) -> _HandOver[T, R]:
+    def __aiter__(self) -> _ToConsumer[T, R]:
         return self
 
     async def __anext__(self) -> Done[T, R]:
         state = self.state
         turn = self.turn
         assert turn is not None
+        if self.exited:
+            raise RuntimeError(
+                "the results of open_stream(...) can be read only inside its async with block"
+            )
         while True:
             # No schedule point between taking a result and returning it: the
             # worker whose place that frees must not pull before the consumer
@@ -520,6 +632,9 @@ class _HandOver(Generic[T, R]):
                 self._took = True
                 if turn.for_place.tasks:
                     turn.for_place.wake_one()  # a place is free: one more may pull
+                elif self.places is not None:
+                    state.held -= 1
+                    self.places.release()  # the same, through the window object
                 return done
             if state.live == 0:
                 raise StopAsyncIteration
@@ -533,7 +648,7 @@ class _HandOver(Generic[T, R]):
             await self.consumers.park()
 
 
-class _Ordered(_HandOver[T, R]):
+class _Ordered(_ToConsumer[T, R]):
     """open_stream(ordered=True): a result's rank is its pull index. (invariant 3)"""
 
     def keep(self, index: int, item: T, value: R) -> None:
@@ -542,7 +657,7 @@ class _Ordered(_HandOver[T, R]):
             self.consumers.wake_one()
 
 
-class _Unordered(_HandOver[T, R]):
+class _Unordered(_ToConsumer[T, R]):
     """open_stream(ordered=False): a result's rank is when its run finished. (invariant 3)"""
 
     def __init__(self, state: _State) -> None:
@@ -560,7 +675,7 @@ class _Unordered(_HandOver[T, R]):
 # -- the dispatcher -----------------------------------------------------------------
 
 
-class _Dispatch(Generic[T, R]):
+class _Dispatcher(Generic[T, R]):
     """One run of the dispatcher: its workers, its source and its close-out.
 
     Runs record their own failure instead of raising it into the nursery, so
@@ -572,8 +687,9 @@ class _Dispatch(Generic[T, R]):
         self,
         source: Source[T],
         run: Run[T, R],
-        handover: _Collect[T, R] | _Each[T, R] | _HandOver[T, R],
+        handover: _AsReturned[T, R] | _ToConsumer[T, R],
         *,
+        places: WindowLike | None,
         drain: Drain | None,
         rate: Pacer | None,
         trace: Recorder | None,
@@ -582,8 +698,16 @@ class _Dispatch(Generic[T, R]):
         self.state = state = handover.state
         self.handover = handover
         self.turn = _Turn(state, handover.limit)
-        if isinstance(handover, _HandOver):
+        # A window object, or None for an int window or none. (invariant 1)
+        self.places = places
+        # Whether a run's place waits for the consumer to take its result.
+        self._held_until_taken = isinstance(handover, _ToConsumer)
+        if isinstance(handover, _ToConsumer):
             handover.turn = self.turn
+            handover.places = places
+        # The cancel scopes of the workers waiting for a place of the window
+        # object: the end of admission ends their wait. (invariants 4, 6)
+        self._seeking: dict[trio.CancelScope, None] = {}
         # The caller's options, each None when not given (and then free).
         self._drain = drain
         self._rate = rate
@@ -607,19 +731,21 @@ class _Dispatch(Generic[T, R]):
     # -- what a bound source may ask --------------------------------------------
 
     def _admitting(self) -> bool:
-        return self.state.admitting
+        return self.state.ending.admitting
 
     def _drained(self) -> bool:
-        state = self.state
-        return state.stopped_by == "drain" and state.failure is None and not state.cut_short
+        return self.state.ending.drained
 
     # -- admission ----------------------------------------------------------------
 
-    def _stop_admitting(self, why: Literal["end", "failure", "drain"]) -> None:
-        state = self.state
-        if state.admitting:
-            state.admitting = False  # invariants 4, 6
-            state.stopped_by = why
+    def _stop_admitting(self, why: Literal["end", "drain"]) -> None:
+        if self.state.ending.close(why):  # invariants 4, 6
+            self._end_waits_for_places()
+
+    def _end_waits_for_places(self) -> None:
+        """Admission closed: workers waiting for a place of the window object stop."""
+        for scope in self._seeking:
+            scope.cancel()
 
     def _on_drain(self) -> None:
         """The drain was requested: :class:`Drain` calls this at once, in the requesting task.
@@ -661,21 +787,20 @@ class _Dispatch(Generic[T, R]):
 
     def _fail(self, exc: BaseException, where: str) -> None:
         """Record a failure of a run or of the source. (invariant 4)"""
-        state = self.state
-        if state.failure is None:
+        ending = self.state.ending
+        if ending.fail(exc, where):
             exc.add_note(f"sluicegate: raised {where}")
-            state.failure = exc
-            state.failed_in = where
-            self._stop_admitting("failure")
+            self._end_waits_for_places()
             if self._trace is not None:
                 self._trace.marked("failure")
             assert self._nursery is not None
             self._nursery.cancel_scope.cancel()
-        elif exc is not state.failure:
+        elif exc is not ending.failure:
             # Runs that fail before the cancellation reaches them are kept as
             # notes on the first failure: nothing is dropped silently, and the
             # caller still gets one exception of the type it can catch.
-            state.failure.add_note(f"raised {where}, also failed: {exc!r}")
+            assert ending.failure is not None
+            ending.failure.add_note(f"raised {where}, also failed: {exc!r}")
 
     # -- pulling ------------------------------------------------------------------
 
@@ -687,12 +812,32 @@ class _Dispatch(Generic[T, R]):
         """
         state = self.state
         turn = self.turn
-        while not turn.take():
-            await turn.wait()  # invariant 2
+        places = self.places
+        # A place of the window object taken and not spent on an item yet.
+        place = False
+        if places is not None:
+            # The place comes before the pull, the end-of-stream pull too. (invariant 2)
+            if state.ending.how is not None:
+                return None
+            if not places.acquire_nowait():
+                self._seeking[scope] = None
+                try:
+                    await places.acquire()
+                finally:
+                    del self._seeking[scope]
+            state.held += 1
+            place = True
+        try:
+            while not turn.take():
+                await turn.wait()  # invariant 2
+        except BaseException:
+            if place:
+                self._give_back()
+            raise
         # A token taken from the pacer and not spent on an item that runs yet.
         token = False
         try:
-            if not state.admitting:
+            if state.ending.how is not None:
                 return None  # invariants 4, 6
             if self._rate is not None:
                 turn.scope = scope
@@ -701,7 +846,7 @@ class _Dispatch(Generic[T, R]):
                 finally:
                     turn.scope = None
                 token = True
-                if not state.admitting:
+                if state.ending.how is not None:
                     return None
             index = state.pulled
             if self._iter is not None:
@@ -719,11 +864,11 @@ class _Dispatch(Generic[T, R]):
                     return None
                 finally:
                     turn.scope = None
-            if state.failure is not None:
+            if state.ending.failure is not None:
                 # The item arrived in the same instant as a run failed:
                 # nothing starts after a failure. (invariant 4)
                 return None
-            token = False
+            token = place = False
             state.pulled = index + 1
             if self._trace is not None:
                 self._trace.pulled(index, item)
@@ -740,9 +885,43 @@ class _Dispatch(Generic[T, R]):
         finally:
             if token:
                 self._rate.refund()  # type: ignore[union-attr]
+            if place:
+                self._give_back()
             turn.leave()
 
     # -- running ------------------------------------------------------------------
+
+    def _give_back(self) -> None:
+        """Give one place back to the window object. (invariants 1, 2)"""
+        self.state.held -= 1
+        self.places.release()  # type: ignore[union-attr]
+
+    def _ran(self, began: float, error: BaseException | None) -> None:
+        """A run under a window object returned or raised: free its place, tell the window."""
+        if error is not None or not self._held_until_taken:
+            self._give_back()  # else the consumer frees it (invariant 2)
+        if not isinstance(error, trio.Cancelled):
+            self.places.observe(trio.current_time() - began, error)  # type: ignore[union-attr]
+
+    def _on_grow(self) -> None:
+        """The window object grew: start a worker if nobody of this stream waits to pull.
+
+        Workers waiting for a place get the new places from the window itself;
+        this covers a stream whose workers are all running. (invariant 1)
+        """
+        state = self.state
+        places = self.places
+        assert places is not None
+        if (
+            state.ending.how is None
+            and state.live
+            and not self._seeking
+            and not self.turn.busy
+            and self.turn.idle
+            and state.workers < places.size
+        ):
+            state.workers += 1
+            self._spawn(self._work)
 
     def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         assert self._nursery is not None
@@ -758,8 +937,12 @@ class _Dispatch(Generic[T, R]):
             self.handover.ended()
 
     def _ended_badly(self, index: int, exc: BaseException) -> None:
-        if self._trace is not None:
-            self._trace.finished(index, exc)
+        """A run raised: the one place that tells the recorder and records a failure."""
+        trace = self._trace
+        if trace is not None:
+            trace.finished(index, exc)
+            if not isinstance(exc, trio.Cancelled):
+                report_failure(trace, index, exc)
         if isinstance(exc, Exception):
             self._fail(exc, f"by the run of item {index}")
 
@@ -776,8 +959,12 @@ class _Dispatch(Generic[T, R]):
         run = self._run
         keep = self.handover.keep
         window = state.window
+        places = self.places
         trace = self._trace
         passes = 0
+        began = 0.0
+        # What current_window() answers in the runs of this worker.
+        CURRENT_WINDOW.set(places)
         try:
             with trio.CancelScope() as scope:
                 status = cancel_status()
@@ -792,10 +979,21 @@ class _Dispatch(Generic[T, R]):
                     pulled = await self._pull(scope)
                     if pulled is None:
                         return
-                    if window is None:
+                    if places is not None:
+                        # Grow while places are free; the window object bounds
+                        # the runs, the size the workers. (invariant 1)
+                        if (
+                            state.workers < places.size
+                            and places.in_flight < places.size
+                            and turn.idle
+                        ):
+                            state.workers += 1
+                            self._spawn(self._work)
+                        began = trio.current_time()
+                    elif window is None:
                         self._spawn(self._run_one, *pulled)
                         continue
-                    if state.workers < window and turn.idle:
+                    elif state.workers < window and turn.idle:
                         state.workers += 1  # invariant 1
                         self._spawn(self._work)
                     index, item = pulled
@@ -804,12 +1002,22 @@ class _Dispatch(Generic[T, R]):
                     try:
                         value = await run(item)
                     except BaseException as exc:
+                        if places is not None:
+                            self._ran(began, exc)
                         self._ended_badly(index, exc)
                         if isinstance(exc, Exception):
                             return
                         raise
                     if trace is not None:
                         trace.finished(index, None)
+                    if places is not None:
+                        self._ran(began, None)
+                        keep(index, item, value)
+                        if state.workers > places.size:
+                            # The window shrank: this worker is one too many.
+                            state.workers -= 1
+                            return
+                        continue
                     keep(index, item, value)
         finally:
             self._exited()
@@ -817,20 +1025,25 @@ class _Dispatch(Generic[T, R]):
     async def _run_one(self, index: int, item: T) -> None:
         """Run one item in a task of its own (``window=None``, or an item a drain cut)."""
         try:
-            if self.state.failure is not None:
+            if self.state.ending.failure is not None:
                 return  # spawned before a failure, first scheduled after it (invariant 4)
             await trio.lowlevel.checkpoint_if_cancelled()  # invariant 7
             if self._trace is not None:
                 self._trace.started(index)
+            began = trio.current_time() if self.places is not None else 0.0
             try:
                 value = await self._run(item)
             except BaseException as exc:
+                if self.places is not None:
+                    self._ran(began, exc)
                 self._ended_badly(index, exc)
                 if isinstance(exc, Exception):
                     return
                 raise
             if self._trace is not None:
                 self._trace.finished(index, None)
+            if self.places is not None:
+                self._ran(began, None)
             self.handover.keep(index, item, value)
         finally:
             self._exited()
@@ -842,6 +1055,8 @@ class _Dispatch(Generic[T, R]):
         if self._drain is not None:
             # A drain requested already closes admission before any pull.
             self._drain._subscribe(self._on_drain)
+        if self.places is not None:
+            self.places._subscribe(self._on_grow)
         # One worker to start with; with a window, each adds another when it
         # finds nobody waiting to pull after it, up to the window. A large
         # window over a short source then costs nothing up front.
@@ -852,6 +1067,12 @@ class _Dispatch(Generic[T, R]):
         """The stream is over: a later drain request must not reach it."""
         if self._drain is not None:
             self._drain._unsubscribe(self._on_drain)
+        if self.places is not None:
+            self.places._unsubscribe(self._on_grow)
+            # Places still held by results nobody took, or by runs cut
+            # short: the window outlives this stream. (invariant 1)
+            while self.state.held:
+                self._give_back()
 
     async def _close(self) -> None:
         """Close the source, once; keep what closing raised for close-out. (invariant 5)"""
@@ -883,17 +1104,18 @@ class _Dispatch(Generic[T, R]):
           on what is raised otherwise, and logged if that is a cancellation,
           which a cancel scope will swallow along with its notes.
         """
+        ending = self.state.ending
         if primary is not None:
-            self.state.cut_short = True
+            ending.cut()
         await self._close()  # invariant 5
         close_error = self.state.close_error
-        failure = self.state.failure
+        failure = ending.failure
         raised = primary
         if failure is not None and (primary is None or isinstance(primary, trio.Cancelled)):
             raised = failure  # invariant 4
         elif failure is not None and failure is not primary:
             assert primary is not None
-            primary.add_note(f"sluicegate: meanwhile {failure!r} was raised {self.state.failed_in}")
+            primary.add_note(f"sluicegate: meanwhile {failure!r} was raised {ending.where}")
         if close_error is None:
             return raised
         if raised is None:
@@ -907,29 +1129,36 @@ class _Dispatch(Generic[T, R]):
         return raised
 
 
-class _Dispatching(Generic[H]):
+class _StreamBlock(Generic[H]):
     """The async context manager a stream runs in, for both fronts.
 
     Entering starts the workers in a nursery of its own and gives the
-    hand-over strategy: ``run_stream`` reads its list at the end,
+    hand-over: ``run_stream`` reads its sink at the end,
     ``open_stream``'s consumer iterates it. Leaving waits for the workers
     (``open_stream``'s consumer leaving cancels them first), closes the
-    source and raises what :meth:`_Dispatch.close_out` decides, as itself.
+    source and raises what :meth:`_Dispatcher.close_out` decides, as itself.
     A class, not an ``@asynccontextmanager`` generator, because a generator
     may not raise a run's ``StopAsyncIteration`` (invariant 4).
     """
 
     def __init__(
-        self, handover: H, setup: Callable[[H], _Dispatch[Any, Any]], *, stop_on_exit: bool
+        self, handover: H, setup: Callable[[H], _Dispatcher[Any, Any]], *, stop_on_exit: bool
     ) -> None:
         self._handover = handover
         self._setup = setup
         self._stop_on_exit = stop_on_exit
         self._nursery_manager = trio.open_nursery()
         self._nursery: trio.Nursery | None = None
-        self._dispatch: _Dispatch[Any, Any] | None = None
+        self._dispatch: _Dispatcher[Any, Any] | None = None
 
     async def __aenter__(self) -> H:
+        if self._dispatch is not None:
+            # A second block over the same stream would share its iterator
+            # and its nursery with the first: trio cannot unpick that.
+            raise RuntimeError(
+                "open_stream(...) can be entered only once; call open_stream() again "
+                "for another stream"
+            )
         # The source is first touched here (bound, or asked for its iterator).
         self._dispatch = dispatch = self._setup(self._handover)
         self._nursery = await self._nursery_manager.__aenter__()
@@ -950,10 +1179,12 @@ class _Dispatching(Generic[H]):
     ) -> bool:
         dispatch = self._dispatch
         assert dispatch is not None and self._nursery is not None
+        if isinstance(self._handover, _ToConsumer):
+            self._handover.exited = True
         if self._stop_on_exit:
             # The consumer left: leaving, however it happens, ends the runs.
             if dispatch.state.live:
-                dispatch.state.cut_short = True
+                dispatch.state.ending.cut()
             self._nursery.cancel_scope.cancel()
         primary: BaseException | None = None
         try:
@@ -973,30 +1204,38 @@ class _Dispatching(Generic[H]):
         raise raised
 
 
-def _dispatching(
+def _fixed(window: object) -> int | None:
+    """The int bound of ``window``, or None for no bound or a window object."""
+    return window if isinstance(window, int) else None  # checked by _check_arguments
+
+
+def _open_block(
     source: Source[T],
     run: Run[T, R],
     handover: H,
     *,
-    window: int | None,
+    window: int | WindowLike | None,
     drain: Drain | None,
     rate: Pacer | None,
     trace: Recorder | None,
-) -> _Dispatching[H]:
+) -> _StreamBlock[H]:
     """Check the arguments now, before the source is touched; start the stream on entry."""
     _check_arguments(source, run, window, rate, trace, drain)
 
-    def setup(handover: H) -> _Dispatch[T, R]:
-        return _Dispatch(source, run, handover, drain=drain, rate=rate, trace=trace)
+    def setup(handover: H) -> _Dispatcher[T, R]:
+        places = None if window is None or isinstance(window, int) else window
+        return _Dispatcher(
+            source, run, handover, places=places, drain=drain, rate=rate, trace=trace
+        )
 
-    return _Dispatching(handover, setup, stop_on_exit=isinstance(handover, _HandOver))
+    return _StreamBlock(handover, setup, stop_on_exit=isinstance(handover, _ToConsumer))
 
 
 async def run_stream(
     source: AsyncIterable[T] | Iterable[T] | BindsRun,
     run: Callable[[T], Awaitable[R]],
     *,
-    window: int | None,
+    window: int | WindowLike | None,
     drain: Drain | None = None,
     rate: Pacer | None = None,
     trace: Recorder | None = None,
@@ -1011,8 +1250,10 @@ async def run_stream(
             memory receive channel) or a sync iterable of items. A
             :class:`~sluicegate.SampleSource` works too.
         run: An async function called once per item.
-        window: The most runs alive at once: an ``int >= 1``, or ``None`` for
-            no bound.
+        window: The most runs alive at once: an ``int >= 1``, ``None`` for
+            no bound, or a :class:`~sluicegate.Window` whose size may change
+            while the stream runs and which other streams may share (see
+            :class:`WindowLike`).
         drain: Optional :class:`Drain`; requesting it stops admission and
             makes the call return what the in-flight runs produce.
         rate: Optional pacer (a :class:`~sluicegate.RateLimit`, or anything
@@ -1026,9 +1267,10 @@ async def run_stream(
         The results in submission (pull) order.
 
     Raises:
-        TypeError: for a ``window`` that is not an int or None, a non-iterable
-            ``source``, a non-callable ``run``, or a ``rate`` or ``trace``
-            without the methods above, before the source is touched.
+        TypeError: for a ``window`` that is not an int, None or a window
+            object, a non-iterable ``source``, a ``run`` that is not an async
+            callable, or a ``rate`` or ``trace`` without the methods above,
+            before the source is touched.
         ValueError: for a ``window`` below 1, before the source is touched.
         TimeoutError: the source's ``aclose()`` did not finish within 10
             seconds (see docs/runner.md, "Close-out").
@@ -1037,19 +1279,20 @@ async def run_stream(
             cancelled and has unwound, and the source is closed, before it
             propagates. Runs that failed meanwhile are listed in further notes.
     """
-    collect: _Collect[T, R] = _Collect(_State(window))
-    async with _dispatching(
+    results: _ResultList[R] = _ResultList()
+    collect: _AsReturned[T, R] = _AsReturned(_State(_fixed(window)), results.keep)
+    async with _open_block(
         source, run, collect, window=window, drain=drain, rate=rate, trace=trace
     ):
         pass
-    return collect.results
+    return results.results
 
 
 async def run_each(
     source: AsyncIterable[T] | Iterable[T] | BindsRun,
     run: Callable[[T], Awaitable[R]],
     *,
-    window: int | None,
+    window: int | WindowLike | None,
     each: Callable[[int, T, R], None] | None = None,
     drain: Drain | None = None,
     rate: Pacer | None = None,
@@ -1066,8 +1309,8 @@ async def run_each(
     Raises:
         Exception: as :func:`run_stream`.
     """
-    each_: _Each[T, R] = _Each(_State(window), each)
-    async with _dispatching(source, run, each_, window=window, drain=drain, rate=rate, trace=trace):
+    each_: _AsReturned[T, R] = _AsReturned(_State(_fixed(window)), each or _drop)
+    async with _open_block(source, run, each_, window=window, drain=drain, rate=rate, trace=trace):
         pass
 
 
@@ -1075,7 +1318,7 @@ def open_stream(
     source: AsyncIterable[T] | Iterable[T] | BindsRun,
     run: Callable[[T], Awaitable[R]],
     *,
-    window: int | None,
+    window: int | WindowLike | None,
     ordered: bool = True,
     drain: Drain | None = None,
     rate: Pacer | None = None,
@@ -1114,6 +1357,6 @@ def open_stream(
     """
     if not isinstance(ordered, bool):
         raise TypeError(f"ordered must be a bool, not {ordered!r}")
-    state = _State(window)
-    handover: _HandOver[T, R] = _Ordered(state) if ordered else _Unordered(state)
-    return _dispatching(source, run, handover, window=window, drain=drain, rate=rate, trace=trace)
+    state = _State(_fixed(window))
+    handover: _ToConsumer[T, R] = _Ordered(state) if ordered else _Unordered(state)
+    return _open_block(source, run, handover, window=window, drain=drain, rate=rate, trace=trace)
