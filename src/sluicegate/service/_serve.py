@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import os
 import signal
 import threading
@@ -37,6 +36,7 @@ import attrs
 import outcome
 import trio
 
+from .._checks import check_flag, check_seconds
 from .._dynamic import SampleSource
 from .._retry import CutShort, Retry, attempt
 from .._runner import (
@@ -123,16 +123,6 @@ class ServeReport:
     retried: int
     stop_reason: StopReason
     elapsed_s: float
-
-
-def _check_seconds(name: str, value: object, *, zero_ok: bool) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds or None, not {value!r}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        bound = ">= 0" if zero_ok else "> 0"
-        raise ValueError(f"{name} must be finite and {bound}, got {value!r}")
 
 
 def _check_callable(name: str, value: object) -> None:
@@ -314,13 +304,12 @@ class _Settings(Generic[T]):
             journal = Journal(journal)
         if journal is not None and key is None:
             raise TypeError("a journal needs key=: a function giving each item's identity as a str")
-        if not isinstance(rerun_errors, bool):
-            raise TypeError(f"rerun_errors must be a bool, not {rerun_errors!r}")
+        rerun = check_flag(rerun_errors, "rerun_errors")
         if errors not in ("record", "raise"):
             raise ValueError(f'errors must be "record" or "raise", not {errors!r}')
         if retry is not None and not isinstance(retry, Retry):
             raise TypeError(f"retry must be a sluicegate.Retry or None, not {retry!r}")
-        _check_seconds("timeout", timeout, zero_ok=False)
+        check_seconds(timeout, "timeout", zero=False, none=True)
         if drain is not None and not isinstance(drain, Drain):
             raise TypeError(f"drain must be a sluicegate.Drain or None, not {drain!r}")
         if isinstance(signals, (str, bytes)) or not isinstance(signals, Iterable):
@@ -331,17 +320,15 @@ class _Settings(Generic[T]):
                 "serve() can only take signals in the main thread; pass signals=() and "
                 "stop it with a Drain (or by cancelling it)"
             )
-        _check_seconds("grace", grace, zero_ok=True)
+        check_seconds(grace, "grace", none=True)
         _check_callable("on_outcome", on_outcome)
         if on_outcome is not None:
             _check_async("on_outcome", on_outcome)
         _check_callable("on_stats", on_stats)
-        _check_seconds("stats_interval", stats_interval, zero_ok=False)
-        if stats_interval is None:
-            raise TypeError("stats_interval must be a number of seconds, not None")
+        check_seconds(stats_interval, "stats_interval", zero=False)
         return _Settings(
             run=run, window=window, key=key, journal=journal,  # type: ignore[arg-type]
-            rerun_errors=rerun_errors, raise_errors=errors == "raise", retry=retry, rate=rate,
+            rerun_errors=rerun, raise_errors=errors == "raise", retry=retry, rate=rate,
             timeout=timeout, drain=drain if drain is not None else Drain(), signals=wanted,
             grace=grace, on_outcome=on_outcome, on_stats=on_stats,
             stats_interval=stats_interval, trace=trace,
