@@ -225,3 +225,12 @@ async def test_a_key_fed_again_while_in_flight_runs_once(tmp_path: Path) -> None
     assert (report.ok, report.skipped) == (2, 4)
     copies = [(served.key, served.skipped, served.value) for served in heard if served.key == "a"]
     assert copies == [("a", False, "A"), *[("a", True, "A")] * 4]
+
+
+async def test_a_window_object_serves_with_a_journal(tmp_path: Path) -> None:
+    from sluicegate import Window
+
+    path = tmp_path / "j.db"
+    report = await serve(range(20), echo, window=Window(3), key=str, journal=path, signals=())
+    assert report.ok == 20
+    assert Journal(path).counts() == {"ok": 20, "error": 0}

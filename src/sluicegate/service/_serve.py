@@ -44,6 +44,7 @@ from .._runner import (
     Drain,
     Pacer,
     Recorder,
+    WindowLike,
     _check_arguments,
     report_failure,
     run_each,
@@ -143,7 +144,7 @@ async def serve(
     source: AsyncIterable[T] | Iterable[T] | BindsRun,
     run: Callable[[T], Awaitable[Any]],
     *,
-    window: int,
+    window: int | WindowLike,
     key: Callable[[T], str] | None = None,
     journal: str | os.PathLike[str] | Journal | None = None,
     rerun_errors: bool = False,
@@ -180,8 +181,9 @@ async def serve(
             ``FeedTaskset.stream()``, a :class:`~sluicegate.SampleSource`,
             or a sync iterable.
         run: The async function run for each item.
-        window: The most items in flight at once, an int >= 1 (not None:
-            a service's memory is bounded by its window).
+        window: The most items in flight at once, an int >= 1 or a
+            :class:`~sluicegate.Window` (not None: a service's memory is
+            bounded by its window).
         key: ``key(item) -> str``, the item's identity; required with a
             journal.
         journal: A path (the SQLite file, created with its directory if
@@ -245,7 +247,7 @@ class _Settings(Generic[T]):
     """What :func:`serve` was asked to do, checked once before anything is opened or pulled."""
 
     run: Callable[[T], Awaitable[Any]]
-    window: int
+    window: int | WindowLike
     key: Callable[[T], str] | None
     journal: Journal | None
     rerun_errors: bool
@@ -674,11 +676,11 @@ class _Service(Generic[T]):
             # bounded by the window and a constant.
             self.writer = await trio.to_thread.run_sync(
                 partial(journal.open, on_commit=self.committed,
-                        backlog=max(_BACKLOG, settings.window))
+                        backlog=_backlog(settings.window))
             )  # fmt: skip
         try:
             logger.info(
-                "serve: starting (window %d%s%s%s%s)", settings.window,
+                "serve: starting (window %s%s%s%s%s)", settings.window,
                 "" if journal is None else f", journal {display(journal.path)}",
                 "" if settings.retry is None else f", {_describe(settings.retry)}",
                 "" if settings.rate is None else f", rate {settings.rate!r}",
@@ -799,6 +801,11 @@ class _GaveUpOn(SampleSource[Any, Any]):
 
 
 _BACKLOG = 1024  # uncommitted rows before a service without on_outcome waits
+
+
+def _backlog(window: object) -> int:
+    # A Window may grow while the service runs: its size now is no bound.
+    return max(_BACKLOG, window) if isinstance(window, int) else _BACKLOG
 
 
 def _describe(retry: Retry) -> str:
