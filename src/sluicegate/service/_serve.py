@@ -52,6 +52,7 @@ from .._runner import (
 from .._signals import DEFAULT_SIGNALS, check_signals, drain_on_signals
 from .._sqlite import display
 from .._util import as_async_iterator, close_source, pace, sole_exception, surely_sync
+from ._convert import storable
 from ._journal import Journal
 from ._rows import JournalEntry, error_row, ok_row
 from ._stats import ServeStats, Snapshots, Tally, registry
@@ -620,7 +621,7 @@ class _Service(Generic[T]):
     def label(self, ticket: _Ticket[T]) -> str:
         """How log lines name an item: by its key when there is one."""
         if ticket.key is not None:
-            return f"item {ticket.key}"
+            return f"item {storable(ticket.key)}"  # a lone surrogate could not be logged
         text = repr(ticket.item)
         return f"item {text if len(text) <= 60 else text[:57] + '...'}"
 
