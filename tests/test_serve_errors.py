@@ -196,3 +196,41 @@ async def test_a_bad_key_fails_the_service_whatever_the_logging_or_metrics(
     with pytest.raises(ZeroDivisionError):
         await serve(range(3), run, window=1, key=divide, signals=())
     assert ran == [0, 1]
+
+
+@pytest.mark.parametrize("level", [logging.WARNING, logging.DEBUG])
+@pytest.mark.parametrize("watched", [False, True], ids=["unwatched", "metrics-registry"])
+async def test_outcomes_are_the_same_whatever_the_logging_or_metrics(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, level: int, watched: bool
+) -> None:
+    caplog.set_level(level, logger="sluicegate")
+    if watched:
+        pytest.importorskip("prometheus_client")
+        from prometheus_client import CollectorRegistry
+
+        from sluicegate.service import prometheus_collector
+
+        prometheus_collector(registry=CollectorRegistry())
+
+    async def run(n: int) -> int:
+        await trio.lowlevel.checkpoint()
+        if n % 3 == 0:
+            raise ValueError(n)
+        return n
+
+    heard: list[tuple[str | None, bool, bool]] = []
+
+    async def note(served: ServedItem[int]) -> None:
+        heard.append((served.key, served.ok, served.skipped))
+
+    path = tmp_path / "j.db"
+    first = await serve(range(9), run, window=3, key=str, journal=path, signals=(),
+                        on_outcome=note)  # fmt: skip
+    again = await serve(range(12), run, window=3, key=str, journal=path, signals=(),
+                        on_outcome=note)  # fmt: skip
+    assert (first.ok, first.failed, first.skipped) == (6, 3, 0)
+    assert (again.ok, again.failed, again.skipped) == (2, 1, 9)
+    assert sorted(heard) == sorted(
+        [(str(n), n % 3 != 0, False) for n in range(9)]
+        + [(str(n), n % 3 != 0, n < 9) for n in range(12)]
+    )
