@@ -21,7 +21,8 @@ import attrs
 
 from .. import _sqlite
 from .._sqlite import display
-from ._convert import ValueFormat, decode_value, encode_value, safe_repr, storable
+from .._values import safe_repr
+from ._convert import ValueFormat, decode_value, encode_value, storable
 
 __all__ = [
     "APPLICATION_ID",
