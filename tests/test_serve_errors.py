@@ -234,16 +234,3 @@ async def test_outcomes_are_the_same_whatever_the_logging_or_metrics(
         [(str(n), n % 3 != 0, False) for n in range(9)]
         + [(str(n), n % 3 != 0, n < 9) for n in range(12)]
     )
-
-
-async def test_a_value_too_long_for_a_row_is_kept_cut_and_marked(tmp_path: Path) -> None:
-    async def run(n: int) -> object:
-        await trio.lowlevel.checkpoint()
-        return {"text": "x" * 1_200_000} if n == 1 else n
-
-    path = tmp_path / "j.db"
-    report = await serve(range(3), run, window=2, key=str, journal=path, signals=())
-    assert report.ok == 3
-    entry = Journal(path).get("1")
-    assert entry is not None and entry.value_format == "repr"
-    assert len(entry.value) == 1_000_000 and entry.value.startswith('{"text": "xxx')
