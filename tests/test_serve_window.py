@@ -18,7 +18,7 @@ async def sizes_seen(window: Window | int) -> list[int | None]:
     def note(stats: ServeStats) -> None:
         seen.append(stats.window)
 
-    await serve(range(60), run, window=window, on_stats=note, stats_interval=2, signals=())  # type: ignore[arg-type]
+    await serve(range(60), run, window=window, on_stats=note, stats_interval=2, signals=())
     return seen
 
 
@@ -52,7 +52,7 @@ async def test_prometheus_shows_the_window_size_while_a_service_runs() -> None:
         seen.append(registry.get_sample_value("window_serve_window_size"))
 
     try:
-        await serve(range(3), run, window=window, signals=())  # type: ignore[arg-type]
+        await serve(range(3), run, window=window, signals=())
         await serve(range(1), run, window=2, signals=())
     finally:
         registry.unregister(collector)
