@@ -461,7 +461,7 @@ class _Turn:
     holds it: a flag, not a lock, since ``trio.Lock`` always checkpoints.
     """
 
-    __slots__ = ("busy", "cut", "for_place", "limit", "queue", "scope", "state")
+    __slots__ = ("busy", "cut", "for_place", "limit", "queue", "scope", "state", "waking")
 
     def __init__(self, state: _State, limit: int | None) -> None:
         self.state = state
@@ -475,6 +475,10 @@ class _Turn:
         # place; a hand-over wakes one of the latter.
         self.queue = _Waiters()
         self.for_place = _Waiters()
+        # A task woken from for_place has not run yet: places freed meanwhile
+        # wait for it, or for a worker whose run ends, rather than each waking
+        # a task of its own (see wake_for_place). (invariant 2)
+        self.waking = False
         # The long-lived cancel scope of the task waiting on the source (or on
         # the pacer) while it holds the turn: a drain cancels it to cut that
         # wait. A scope per pull would cost more than the rest of the pull.
@@ -493,13 +497,25 @@ class _Turn:
         self.busy = True
         return True
 
-    def wait(self) -> Awaitable[None]:
-        """Wait in the right queue after :meth:`take` said no; then try again.
+    async def wait(self) -> None:
+        """Wait in the right queue after :meth:`take` said no; then try again."""
+        if self.busy:
+            await self.queue.park()
+        else:
+            await self.for_place.park()
+            self.waking = False
 
-        Returns the parking awaitable itself, so that the wait costs the
-        pulling worker no frame of its own.
+    def wake_for_place(self) -> None:
+        """Places were freed: wake one task waiting for one, unless one is already woken.
+
+        The woken task pulls, and wakes the next while places are left
+        (:meth:`leave`); meanwhile a worker whose run ends takes a free place
+        without parking at all. So the places a consumer frees in one go
+        share one wake-up instead of costing one each.
         """
-        return (self.queue if self.busy else self.for_place).park()
+        if not self.waking:
+            self.waking = True
+            self.for_place.wake_one()
 
     async def wait_alone(self) -> None:
         """Take the turn without a place: to close the source, not to pull."""
@@ -511,6 +527,13 @@ class _Turn:
         self.busy = False
         if self.queue.tasks:
             self.queue.wake_one()
+        if self.for_place.tasks:
+            state = self.state
+            limit = self.limit
+            if limit is None or state.pulled < state.handed + limit or state.ending.how is not None:
+                # A place is still free, or admission is over and the waiters
+                # must leave: pass the wake-up on. (invariant 2)
+                self.wake_for_place()
 
     def cut_pull(self) -> None:
         """Cancel the wait of whoever is pulling now. (invariant 6)"""
@@ -631,7 +654,7 @@ class _ToConsumer(Generic[T, R]):
                 state.handed += 1
                 self._took = True
                 if turn.for_place.tasks:
-                    turn.for_place.wake_one()  # a place is free: one more may pull
+                    turn.wake_for_place()  # a place is free: one more may pull
                 elif self.places is not None:
                     state.held -= 1
                     self.places.release()  # the same, through the window object
@@ -896,12 +919,15 @@ class _Dispatcher(Generic[T, R]):
         self.state.held -= 1
         self.places.release()  # type: ignore[union-attr]
 
-    def _ran(self, began: float, error: BaseException | None) -> None:
+    def _ran(self, elapsed: float, error: BaseException | None) -> None:
         """A run under a window object returned or raised: free its place, tell the window."""
+        places = self.places
+        assert places is not None
         if error is not None or not self._held_until_taken:
-            self._give_back()  # else the consumer frees it (invariant 2)
-        if not isinstance(error, trio.Cancelled):
-            self.places.observe(trio.current_time() - began, error)  # type: ignore[union-attr]
+            self.state.held -= 1
+            places.release()  # else the consumer frees it (invariant 2)
+        if error is None or not isinstance(error, trio.Cancelled):
+            places.observe(elapsed, error)
 
     def _on_grow(self) -> None:
         """The window object grew: start a worker if nobody of this stream waits to pull.
@@ -963,6 +989,10 @@ class _Dispatcher(Generic[T, R]):
         trace = self._trace
         passes = 0
         began = 0.0
+        # The clock's own method, fetched once: trio.current_time() looks the
+        # clock up on every call. Only a window object is told durations.
+        now = trio.lowlevel.current_clock().current_time
+        held_until_taken = self._held_until_taken
         # What current_window() answers in the runs of this worker.
         CURRENT_WINDOW.set(places)
         try:
@@ -989,7 +1019,7 @@ class _Dispatcher(Generic[T, R]):
                         ):
                             state.workers += 1
                             self._spawn(self._work)
-                        began = trio.current_time()
+                        began = now()
                     elif window is None:
                         self._spawn(self._run_one, *pulled)
                         continue
@@ -1003,7 +1033,7 @@ class _Dispatcher(Generic[T, R]):
                         value = await run(item)
                     except BaseException as exc:
                         if places is not None:
-                            self._ran(began, exc)
+                            self._ran(now() - began, exc)
                         self._ended_badly(index, exc)
                         if isinstance(exc, Exception):
                             return
@@ -1011,7 +1041,12 @@ class _Dispatcher(Generic[T, R]):
                     if trace is not None:
                         trace.finished(index, None)
                     if places is not None:
-                        self._ran(began, None)
+                        # What _ran does, inline on this path: a window
+                        # object costs little more per item than an int.
+                        if not held_until_taken:
+                            state.held -= 1
+                            places.release()
+                        places.observe(now() - began, None)
                         keep(index, item, value)
                         if state.workers > places.size:
                             # The window shrank: this worker is one too many.
@@ -1030,12 +1065,13 @@ class _Dispatcher(Generic[T, R]):
             await trio.lowlevel.checkpoint_if_cancelled()  # invariant 7
             if self._trace is not None:
                 self._trace.started(index)
-            began = trio.current_time() if self.places is not None else 0.0
+            now = trio.current_time
+            began = now() if self.places is not None else 0.0
             try:
                 value = await self._run(item)
             except BaseException as exc:
                 if self.places is not None:
-                    self._ran(began, exc)
+                    self._ran(now() - began, exc)
                 self._ended_badly(index, exc)
                 if isinstance(exc, Exception):
                     return
@@ -1043,7 +1079,7 @@ class _Dispatcher(Generic[T, R]):
             if self._trace is not None:
                 self._trace.finished(index, None)
             if self.places is not None:
-                self._ran(began, None)
+                self._ran(now() - began, None)
             self.handover.keep(index, item, value)
         finally:
             self._exited()

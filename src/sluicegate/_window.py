@@ -140,7 +140,9 @@ class Window:
         Returns:
             Whether a place was taken.
         """
-        if self._in_flight >= self._size or self._waiters or self._paused():
+        if self._in_flight >= self._size or self._waiters:
+            return False
+        if self._paused_until != -math.inf and self._paused():
             return False
         self._in_flight += 1
         return True
@@ -162,11 +164,18 @@ class Window:
             return trio.lowlevel.Abort.SUCCEEDED
 
         while True:
-            with trio.move_on_at(self._paused_until if self._paused() else math.inf):
+            if not self._paused():
+                # No cancel scope where no pause needs one: it would cost
+                # more than the rest of the wait.
                 waiters[task] = None
                 if await trio.lowlevel.wait_task_rescheduled(abort):
                     return  # _grant counted the place for this task
                 continue  # woken by pause(): wait again, until its end
+            with trio.move_on_at(self._paused_until):
+                waiters[task] = None
+                if await trio.lowlevel.wait_task_rescheduled(abort):
+                    return
+                continue
             # The pause is over: places freed meanwhile go to the oldest waiters.
             self._grant()
             if self.acquire_nowait():
