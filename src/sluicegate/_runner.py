@@ -461,10 +461,22 @@ class _Turn:
     holds it: a flag, not a lock, since ``trio.Lock`` always checkpoints.
     """
 
-    __slots__ = ("busy", "cut", "for_place", "limit", "queue", "scope", "state", "waking")
+    __slots__ = (
+        "busy",
+        "cut",
+        "for_place",
+        "limit",
+        "places",
+        "queue",
+        "scope",
+        "state",
+        "waking",
+    )
 
     def __init__(self, state: _State, limit: int | None) -> None:
         self.state = state
+        # A window object, whose places bound the pulls instead of limit.
+        self.places: WindowLike | None = None
         # open_stream's window: pulls may run at most this far ahead of the
         # results handed over; None where the worker pool bounds them already
         # (run_stream) or nothing does (window=None). (invariant 2)
@@ -528,12 +540,26 @@ class _Turn:
         if self.queue.tasks:
             self.queue.wake_one()
         if self.for_place.tasks:
-            state = self.state
-            limit = self.limit
-            if limit is None or state.pulled < state.handed + limit or state.ending.how is not None:
-                # A place is still free, or admission is over and the waiters
-                # must leave: pass the wake-up on. (invariant 2)
-                self.wake_for_place()
+            self.pass_on()
+
+    def pass_on(self) -> None:
+        """Wake a task waiting for a place if one is free, or if admission is over.
+
+        Admission over, the waiters must leave, each waking the next.
+        (invariant 2)
+        """
+        if not self.for_place.tasks:
+            return
+        state = self.state
+        places = self.places
+        if state.ending.how is not None:
+            pass
+        elif places is not None:
+            if places.in_flight >= places.size:
+                return
+        elif self.limit is not None and state.pulled >= state.handed + self.limit:
+            return
+        self.wake_for_place()
 
     def cut_pull(self) -> None:
         """Cancel the wait of whoever is pulling now. (invariant 6)"""
@@ -653,11 +679,12 @@ class _ToConsumer(Generic[T, R]):
             if done is not None:
                 state.handed += 1
                 self._took = True
-                if turn.for_place.tasks:
-                    turn.wake_for_place()  # a place is free: one more may pull
-                elif self.places is not None:
+                if self.places is not None:
                     state.held -= 1
                     self.places.release()  # the same, through the window object
+                    turn.pass_on()
+                elif turn.for_place.tasks:
+                    turn.wake_for_place()  # a place is free: one more may pull
                 return done
             if state.live == 0:
                 raise StopAsyncIteration
@@ -722,7 +749,7 @@ class _Dispatcher(Generic[T, R]):
         self.handover = handover
         self.turn = _Turn(state, handover.limit)
         # A window object, or None for an int window or none. (invariant 1)
-        self.places = places
+        self.places = self.turn.places = places
         # Whether a run's place waits for the consumer to take its result.
         self._held_until_taken = isinstance(handover, _ToConsumer)
         if isinstance(handover, _ToConsumer):
@@ -769,6 +796,7 @@ class _Dispatcher(Generic[T, R]):
         """Admission closed: workers waiting for a place of the window object stop."""
         for scope in self._seeking:
             scope.cancel()
+        self.turn.pass_on()
 
     def _on_drain(self) -> None:
         """The drain was requested: :class:`Drain` calls this at once, in the requesting task.
@@ -840,14 +868,27 @@ class _Dispatcher(Generic[T, R]):
         place = False
         if places is not None:
             # The place comes before the pull, the end-of-stream pull too. (invariant 2)
-            if state.ending.how is not None:
-                return None
-            if not places.acquire_nowait():
+            while not places.acquire_nowait():
+                if state.ending.how is not None:
+                    turn.pass_on()
+                    return None
+                if self._seeking:
+                    # One worker of this stream waits in the window; the rest
+                    # wait here for the wake-up it passes on (see _Turn.leave).
+                    await turn.for_place.park()
+                    turn.waking = False
+                    continue
                 self._seeking[scope] = None
                 try:
                     await places.acquire()
                 finally:
                     del self._seeking[scope]
+                if turn.for_place.tasks:
+                    # The next waiter takes this one's place in the window's
+                    # queue, so this stream keeps its turn among the streams
+                    # that share the window.
+                    turn.wake_for_place()
+                break
             state.held += 1
             place = True
         try:
@@ -938,6 +979,9 @@ class _Dispatcher(Generic[T, R]):
         state = self.state
         places = self.places
         assert places is not None
+        if self.turn.for_place.tasks:
+            self.turn.pass_on()  # a worker waiting for a place takes one
+            return
         if (
             state.ending.how is None
             and state.live
