@@ -972,11 +972,13 @@ def test_from_items_checks_on_abandoned() -> None:
         SampleSource.from_items([], on_abandoned=3)  # type: ignore[call-overload]
 
 
-@pytest.mark.parametrize("bad", [-1, True, 2.0, "0"])
-async def test_a_rollout_that_is_not_a_count_is_refused_by_enqueue(bad: Any) -> None:
+@pytest.mark.parametrize(("bad", "error"), [(-1, ValueError), (True, TypeError), (2.0, TypeError)])
+async def test_a_rollout_that_is_not_a_count_is_refused_by_enqueue(
+    bad: Any, error: type[Exception]
+) -> None:
     async def run(item: int) -> int:
         enqueue(item + 1, rollout=bad)
         return item
 
-    with pytest.raises(ValueError, match="rollout must be an integer of 0 or more"):
+    with pytest.raises(error, match=r"rollout must be an int >= 0 or None, not"):
         await run_stream(SampleSource.from_items([1]), run, window=1)

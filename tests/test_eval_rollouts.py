@@ -158,7 +158,7 @@ async def test_an_invalid_rollout_raises_from_enqueue(
     async def run(task: Task) -> str:
         try:
             enqueue(task, rollout=bad)
-        except ValueError as exc:
+        except (TypeError, ValueError) as exc:
             caught.append(exc)
         return "ok"
 
@@ -166,7 +166,7 @@ async def test_an_invalid_rollout_raises_from_enqueue(
     report = await evaluate(Env(source, run), output_dir=tmp_path)
     assert report.stop_reason == "completed"
     [error] = caught
-    assert "rollout must be an integer of 0 or more" in str(error)
+    assert "rollout must be an int >= 0 or None, not" in str(error)
 
 
 async def test_rollout_outside_an_evaluation_is_refused() -> None:

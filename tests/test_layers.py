@@ -68,6 +68,7 @@ def test_import_sluicegate_loads_only_the_core() -> None:
     loaded = set(json.loads(done.stdout))
     assert loaded == {
         "sluicegate",
+        "sluicegate._checks",
         "sluicegate._dynamic",
         "sluicegate._runner",
         "sluicegate._take",

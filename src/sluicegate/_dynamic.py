@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar, overload
 
 import trio
 
+from ._checks import check_count
 from ._util import YIELD_EVERY
 
 __all__ = ["SampleSource", "enqueue"]
@@ -475,15 +476,13 @@ def enqueue(*items: Any, rollout: int | None = None) -> None:
             its ``-r`` rollouts. See ``docs/adaptive.md``.
 
     Raises:
-        ValueError: ``rollout`` is not an integer of 0 or more.
+        TypeError: ``rollout`` is not an int.
+        ValueError: ``rollout`` is negative.
         RuntimeError: when not called from inside a run of a ``SampleSource``
             stream, when that stream has already ended, or for ``rollout``
             outside an evaluation.
     """
-    if rollout is not None and (
-        isinstance(rollout, bool) or not isinstance(rollout, int) or rollout < 0
-    ):
-        raise ValueError(f"rollout must be an integer of 0 or more, not {rollout!r}")
+    check_count(rollout, "rollout", none=True)
     stream = _current_stream.get()
     if stream is None:
         raise RuntimeError(

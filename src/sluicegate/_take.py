@@ -15,7 +15,8 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
-from ._util import check_count, close_after, close_source, pace
+from ._checks import check_count
+from ._util import close_after, close_source, pace
 
 __all__ = ["Take", "take"]
 

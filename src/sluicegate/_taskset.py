@@ -32,8 +32,9 @@ from typing import Any, Generic, TypeVar, cast, final
 import attrs
 import trio
 
+from ._checks import check_count
 from ._take import take
-from ._util import ChannelSource, check_count, close_after, close_source, pace
+from ._util import ChannelSource, close_after, close_source, pace
 
 __all__ = ["FeedTaskset", "Task", "Taskset"]
 

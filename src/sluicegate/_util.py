@@ -27,7 +27,6 @@ __all__ = [
     "ChannelSource",
     "as_async_iterator",
     "cancel_status",
-    "check_count",
     "close_after",
     "close_source",
     "fixup_module_metadata",
@@ -54,21 +53,6 @@ YIELD_EVERY = 32
 # this bound keeps an aclose() that never returns from hanging its caller for
 # good, even under an outer timeout.
 CLOSE_TIMEOUT = 10.0
-
-
-def check_count(n: object, what: str) -> int:
-    """Return ``n`` if it is a count of items (an ``int >= 0``).
-
-    Raises:
-        TypeError: ``n`` is not an int (a bool is refused too).
-        ValueError: ``n`` is negative.
-    """
-    # bool is an int subclass, but take(feed, True) is always a mistake.
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{what} must be an int >= 0, not {n!r}")
-    if n < 0:
-        raise ValueError(f"{what} must be >= 0, got {n}")
-    return n
 
 
 async def pace(count: int) -> None:
