@@ -48,6 +48,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, final, runtime_chec
 import attrs
 import trio
 
+from ._checks import check_flag
 from ._util import (
     YIELD_EVERY,
     as_async_iterator,
@@ -297,12 +298,13 @@ def _check_arguments(
     # bool is an int subclass, but window=True is always a mistake; a class
     # has a Window's methods too, unbound: Window for Window(8) is a slip.
     window_object = not isinstance(window, type) and isinstance(window, WindowLike)
-    if window is not None and (
-        isinstance(window, bool) or not (isinstance(window, int) or window_object)
-    ):
-        raise TypeError(f"window must be an int >= 1, None or a sluicegate.Window, not {window!r}")
-    if isinstance(window, int) and window < 1:
-        raise ValueError(f"window must be >= 1 or None, got {window}")
+    if window is not None and not window_object:
+        # The wording of sluicegate._checks, which has no word for a window object.
+        takes = "an int >= 1, None or a sluicegate.Window"
+        if isinstance(window, bool) or not isinstance(window, int):
+            raise TypeError(f"window must be {takes}, not {window!r}")
+        if window < 1:
+            raise ValueError(f"window must be {takes}, not {window!r}")
     if not callable(run):
         raise TypeError(f"run must be an async callable, not {run!r}")
     if surely_sync(run):
@@ -1435,8 +1437,7 @@ def open_stream(
         Exception: everything else :func:`run_stream` raises, the same way,
             when the block is left.
     """
-    if not isinstance(ordered, bool):
-        raise TypeError(f"ordered must be a bool, not {ordered!r}")
+    check_flag(ordered, "ordered")
     state = _State(_fixed(window))
     handover: _ToConsumer[T, R] = _Ordered(state) if ordered else _Unordered(state)
     return _open_block(source, run, handover, window=window, drain=drain, rate=rate, trace=trace)
