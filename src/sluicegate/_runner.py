@@ -485,8 +485,8 @@ class _Turn:
         self.limit = limit
         # A task holds the turn.
         self.busy = False
-        # Tasks waiting for the turn, and tasks that had it but found no free
-        # place; a hand-over wakes one of the latter.
+        # Tasks waiting for the turn, and tasks that found no free place
+        # (with a window object: all but the one waiting in the window).
         self.queue = _Waiters()
         self.for_place = _Waiters()
         # A task woken from for_place has not run yet: places freed meanwhile
@@ -523,7 +523,7 @@ class _Turn:
         """Places were freed: wake one task waiting for one, unless one is already woken.
 
         The woken task pulls, and wakes the next while places are left
-        (:meth:`leave`); meanwhile a worker whose run ends takes a free place
+        (:meth:`pass_on`, when it leaves the turn); meanwhile a worker whose run ends takes a free place
         without parking at all. So the places a consumer frees in one go
         share one wake-up instead of costing one each.
         """
@@ -538,6 +538,7 @@ class _Turn:
         self.busy = True
 
     def leave(self) -> None:
+        """Give the turn up: to the next task waiting for it, and pass a wake-up on."""
         self.busy = False
         if self.queue.tasks:
             self.queue.wake_one()
@@ -876,7 +877,7 @@ class _Dispatcher(Generic[T, R]):
                     return None
                 if self._seeking:
                     # One worker of this stream waits in the window; the rest
-                    # wait here for the wake-up it passes on (see _Turn.leave).
+                    # wait here for the wake-up passed on (_Turn.pass_on).
                     await turn.for_place.park()
                     turn.waking = False
                     continue
@@ -1022,9 +1023,10 @@ class _Dispatcher(Generic[T, R]):
         """One worker: pull, run, hand over, until admission ends.
 
         With a window each worker runs its items itself, and the pool grows
-        by one whenever a worker finds nobody waiting to pull after it. With
-        ``window=None`` the one worker only pulls, and gives each item a task
-        of its own.
+        by one whenever a worker finds nobody waiting to pull after it: up to
+        an int window, or while a window object has free places (a worker
+        leaves when the pool is larger than its size). With ``window=None``
+        the one worker only pulls, and gives each item a task of its own.
         """
         state = self.state
         turn = self.turn
