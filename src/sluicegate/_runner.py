@@ -523,9 +523,10 @@ class _Turn:
         """Places were freed: wake one task waiting for one, unless one is already woken.
 
         The woken task pulls, and wakes the next while places are left
-        (:meth:`pass_on`, when it leaves the turn); meanwhile a worker whose run ends takes a free place
-        without parking at all. So the places a consumer frees in one go
-        share one wake-up instead of costing one each.
+        (:meth:`pass_on`, when it leaves the turn); meanwhile a worker whose
+        run ends takes a free place without parking at all. So the places a
+        consumer frees in one go share one wake-up instead of costing one
+        each.
         """
         if not self.waking:
             self.waking = True
