@@ -887,12 +887,12 @@ class _Dispatcher(Generic[T, R]):
                     await places.acquire()
                 finally:
                     del self._seeking[scope]
-                if turn.for_place.tasks:
-                    # The next waiter takes this one's place in the window's
-                    # queue, so this stream keeps its turn among the streams
-                    # that share the window.
-                    turn.wake_for_place()
                 break
+            if turn.for_place.tasks and not self._seeking:
+                # Whoever waits here needs one of them to wait in the window:
+                # the places other streams free go to the window's waiters,
+                # and the stream must keep its turn among them.
+                turn.wake_for_place()
             state.held += 1
             place = True
         try:
