@@ -141,6 +141,14 @@ def row(planned: Planned, score: float) -> dict[str, Any]:
         "attempts": 1,
         "started_at": datetime(2024, 5, 1, tzinfo=UTC).isoformat(),
         "duration_s": planned.duration,
+        "earlier_errors": [],
+        "input": {"question": f"what is 6 * 7? ({planned.task_id})"},
+        "target": "42",
+        "metadata": {"level": len(planned.task_id) % 3},
+        "system_prompt": None,
+        "explanation": None if error else f"scored {score} for <i>42</i>",
+        "score_metadata": None,
+        "encoding": {},
     }
 
 
@@ -200,3 +208,26 @@ def record_trace(
             await drive(timeline, plan, window, drain_at=drain_at)
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def embedded(page: str, element: str) -> Any:
+    """The JSON a report page embeds in ``<script type="application/json" id=ELEMENT>``."""
+    start = page.index(f'<script type="application/json" id="{element}">')
+    start = page.index(">", start) + 1
+    return json.loads(page[start : page.index("</script>", start)])
+
+
+def samples(page: str) -> list[Any]:
+    """Every rollout's sample a report page embeds, in row order."""
+    found: list[Any] = []
+    block = 0
+    while f'id="sample-{block}"' in page:
+        found.extend(embedded(page, f"sample-{block}"))
+        block += 1
+    return found
+
+
+def fields(page: str, sample: list[Any]) -> dict[str, list[Any]]:
+    """An embedded sample's fields by name: ``[value]``, or ``[value, note]``."""
+    names = embedded(page, "rows-data")["fields"]
+    return {names[field[0]]: field[1:] for field in sample[0]}

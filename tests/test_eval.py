@@ -21,8 +21,8 @@ from sluicegate import Drain, SampleSource, Task, Taskset, enqueue
 from sluicegate.eval import EvalReport, evaluate
 from sluicegate.eval._cli import arguments, register
 from sluicegate.eval._config import ErrorBudget, UsageError
-from sluicegate.eval._log import read_results
-from sluicegate.eval._plan import TaskCapWarning
+from sluicegate.eval._format import read_results
+from sluicegate.eval._slots import TaskCapWarning
 from sluicegate.eval._target import resolve_target
 from sluicegate.testing import RunProbe
 

@@ -33,7 +33,7 @@ from sluicegate import Drain, Task, Taskset
 from sluicegate.dask import open_dask
 from sluicegate.eval import evaluate
 from sluicegate.eval._dask import RemoteAttempt, unpack
-from sluicegate.eval._plan import Slot
+from sluicegate.eval._slots import Slot
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from sluicegate import Task, Taskset
 from sluicegate.eval import evaluate
-from sluicegate.eval._plan import IdBook
+from sluicegate.eval._slots import IdBook
 
 
 @given(

@@ -20,7 +20,7 @@ import trio
 
 from sluicegate import Drain, SampleSource, Task, enqueue, run_stream
 from sluicegate.eval import current_rollout, evaluate
-from sluicegate.eval._plan import TaskCapWarning
+from sluicegate.eval._slots import TaskCapWarning
 
 
 def rows(out: Path) -> list[dict[str, Any]]:

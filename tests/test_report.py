@@ -1,36 +1,43 @@
-"""``sluicegate report``: the HTML page, read as text and looked at in a real browser."""
+"""``sluicegate report``: the HTML page of one run, read as text.
+
+The page in a real browser is tests/test_report_browser.py.
+"""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from observe_runs import NASTY_ID, write_eval_run
-from observe_runs import browser as browser  # a fixture
+from observe_runs import NASTY_ID, embedded, fields, samples, write_eval_run
 from sluicegate.cli import main
 from sluicegate.report import write_report
 
-ROOT = Path(__file__).resolve().parent.parent
-# Screenshots land here (git ignores build/), for a developer to look at.
-SHOTS = ROOT / "build" / "screenshots"
+
+def rows_of(page: str) -> dict[str, list[object]]:
+    data = embedded(page, "rows-data")
+    assert isinstance(data, dict)
+    return data
 
 
 def test_report_escapes_user_text_and_needs_no_network(tmp_path: Path) -> None:
     plan = write_eval_run(tmp_path, 40)
     page = write_report(tmp_path).read_text(encoding="utf-8")
     assert "<script>alert" not in page
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
-    assert "answer <b>" not in page and "answer &lt;b&gt;5&lt;/b&gt;" in page
-    assert "toy &lt;env&gt;" in page
-    # One script, ours; nothing fetched from anywhere.
-    assert page.count("<script") == 1
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page  # the timeline's title
+    assert "answer <b>" not in page and "toy &lt;env&gt;" in page
+    # One script runs, ours; the rest is data, and no data ends its element early.
+    assert page.count("<script>") == 1
+    assert page.count("<script") == 1 + page.count('<script type="application/json" id="')
+    for data in re.findall(r'<script type="application/json" id="[\w-]+">(.*?)</script>', page):
+        assert "<" not in data
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
-    assert page.count('role="row" data-status="') == len(plan)
+    rows = rows_of(page)
+    assert rows["task"] == [planned.task_id for planned in plan]
+    assert NASTY_ID in rows["task"]
+    assert "ValueError: bad answer <b>5</b>" in rows["error"]
 
 
 def test_report_of_a_real_eval_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,14 +62,41 @@ def test_report_of_a_real_eval_run(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["report", str(out)]) == 0
     assert capsys.readouterr().out.strip() == f"wrote {out / 'report.html'}"
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert page.count('role="row" data-status="ok"') == 5
-    assert page.count('role="row" data-status="error"') == 1
-    assert "ValueError: four is &lt;bad&gt;" in page
-    # eval keeps an error's traceback; the report shows it, and why the run did not pass.
-    assert re.search(r"<pre>Traceback \(most recent call last\):.*four is &lt;bad&gt;", page, re.S)
+    rows = rows_of(page)
+    assert sorted(rows["status"]) == ["error"] + ["ok"] * 5  # type: ignore[type-var]
+    assert "ValueError: four is <bad>" in rows["error"]
+    # eval keeps an error's traceback; the opened row shows it.
+    (error,) = [sample[2] for sample in samples(page) if sample[2]]
+    assert error[0][:2] == ["ValueError", "four is <bad>"]
+    assert re.match(r"Traceback \(most recent call last\):.*four is <bad>", error[0][2], re.S)
     assert '<span class="badge fail">did not pass</span>' in page
     assert "mean score 0.22 is below --min-score 0.9" in page
     assert "No trace in this directory" in page
+
+
+def test_report_header_names_the_run_directory_from_where_it_is_written(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "first"
+    write_eval_run(run, 4, trace=False)
+    (tmp_path / "pages").mkdir()
+    page = write_report(run, tmp_path / "pages" / "r.html").read_text(encoding="utf-8")
+    assert "run directory: <code>../runs/first</code>" in page
+    assert str(tmp_path) not in page
+    # A folder as the output gets report.html inside it.
+    assert write_report(run, tmp_path / "pages") == tmp_path / "pages" / "report.html"
+    page = write_report(run).read_text(encoding="utf-8")
+    assert "run directory: <code>this folder</code>" in page
+
+
+def test_report_into_a_folder_that_does_not_exist_names_the_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_eval_run(tmp_path, 4, trace=False)
+    missing = tmp_path / "no" / "such"
+    assert main(["report", str(tmp_path), "-o", str(missing / "r.html")]) == 2
+    error = capsys.readouterr().err
+    assert f"the folder {missing} does not exist" in error
+    assert ".partial" not in error
+    assert not (tmp_path / "no").exists()
 
 
 def test_report_tolerates_a_torn_results_file_and_a_missing_run_json(tmp_path: Path) -> None:
@@ -71,7 +105,7 @@ def test_report_tolerates_a_torn_results_file_and_a_missing_run_json(tmp_path: P
     with (tmp_path / "results.jsonl").open("a", encoding="utf-8") as file:
         file.write('{"task_id": "torn", "rollo')
     page = write_report(tmp_path, tmp_path / "elsewhere.html").read_text(encoding="utf-8")
-    assert page.count('role="row" data-status="') == 10
+    assert len(rows_of(page)["task"]) == 10
     assert "1 line(s) that are not rows skipped" in page
     assert "missing or unreadable" in page
     assert not (tmp_path / "report.html").exists()
@@ -83,7 +117,7 @@ def test_report_of_a_trace_alone(tmp_path: Path) -> None:
     (tmp_path / "results.jsonl").unlink()
     page = write_report(tmp_path).read_text(encoding="utf-8")
     assert "<svg" in page and "10 runs over" in page
-    assert 'class="rollouts"' not in page
+    assert 'id="rows-data"' not in page and 'id="rollouts"' not in page
 
 
 def test_report_of_nothing_is_a_usage_error(
@@ -93,89 +127,12 @@ def test_report_of_nothing_is_a_usage_error(
     assert "nothing to report" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "is not a directory" in capsys.readouterr().err
+    assert main(["report", str(tmp_path), str(tmp_path), str(tmp_path)]) == 2
+    assert "give one run directory, or two to compare; got 3" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
 
-# -- in a real browser ------------------------------------------------------------------
-
-
-def test_report_in_a_browser(browser: Any, tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    plan = write_eval_run(run, 400)
-    errors = [index for index, planned in enumerate(plan) if planned.error]
-    report = write_report(run)
-
-    page = browser.new_page()
-    problems: list[str] = []
-    page.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
-    page.on("pageerror", lambda exc: problems.append(str(exc)))
-    page.on("dialog", lambda dialog: problems.append(f"a dialog opened: {dialog.message}"))
-    requests: list[str] = []
-    page.on("request", lambda request: requests.append(request.url))
-    page.goto(report.as_uri())
-    page.wait_for_load_state("load")
-
-    rows = page.locator("#rollouts .r")
-    assert rows.count() == len(plan)
-    assert page.locator("#shown").text_content() == f"{len(plan)} of {len(plan)} rollouts"
-    assert page.locator("svg.timeline rect").count() > 0
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "report-top.png"))
-
-    # The error filter shows exactly the error rows.
-    page.get_by_role("button", name=re.compile(r"^error \(")).click()
-    visible = page.locator("#rollouts .r:visible")
-    assert visible.count() == len(errors)
-    assert set(visible.evaluate_all("rows => rows.map(r => r.dataset.status)")) == {"error"}
-    assert page.locator("#shown").text_content() == f"{len(errors)} of {len(plan)} rollouts"
-
-    # An error's traceback opens.
-    first = visible.first.locator("details")
-    assert not first.locator("pre").is_visible()
-    first.locator("summary").click()
-    assert first.locator("pre").is_visible()
-    assert "Traceback (most recent call last)" in (first.locator("pre").text_content() or "")
-    first.scroll_into_view_if_needed()
-    page.screenshot(path=str(SHOTS / "report-errors.png"))
-
-    # The search by task id, across every status; the nasty id is text, not markup.
-    page.get_by_role("button", name=re.compile(r"^all \(")).click()
-    page.get_by_placeholder("search task id").fill("<script>")
-    page.wait_for_function("document.getElementById('shown').textContent.startsWith('1 of')")
-    nasty = page.locator("#rollouts .r:visible [role=cell]").first
-    assert nasty.text_content() == NASTY_ID
-    page.get_by_placeholder("search task id").fill("no such task")
-    page.wait_for_function("document.getElementById('shown').textContent.startsWith('0 of')")
-    assert page.locator("#none").is_visible()
-
-    assert problems == []
-    assert all(url.startswith("file://") for url in requests)
-    page.close()
-    shutil.copy(report, SHOTS / "report.html")
-
-
-def test_report_filters_10000_rollouts(browser: Any, tmp_path: Path) -> None:
-    plan = write_eval_run(tmp_path, 10_000, trace=True, error_every=50)
-    report = write_report(tmp_path)
-    page = browser.new_page()
-    problems: list[str] = []
-    page.on("pageerror", lambda exc: problems.append(str(exc)))
-    page.goto(report.as_uri())
-    assert page.locator("#rollouts .r").count() == len(plan)
-    page.get_by_role("button", name=re.compile(r"^error \(")).click()
-    shown = page.locator("#shown").text_content() or ""
-    assert shown == f"{len(plan) // 50} of {len(plan)} rollouts"
-    # Rows off screen are not laid out, yet the page is as long as the rows
-    # shown: no blank stretch where hidden rows were.
-    table = page.locator("#rollouts").bounding_box()
-    assert table is not None and table["height"] < (len(plan) // 50) * 60
-    page.locator("#rollouts .r:visible").last.scroll_into_view_if_needed()
-    assert page.locator("#rollouts .r:visible").last.is_visible()
-    assert problems == []
-    page.close()
-
-
-def test_report_json_round_trip_of_scores(tmp_path: Path) -> None:
+def test_report_of_several_scores(tmp_path: Path) -> None:
     write_eval_run(tmp_path, 20, trace=False)
     lines = (tmp_path / "results.jsonl").read_text(encoding="utf-8").splitlines()
     first = json.loads(lines[0])
@@ -183,5 +140,83 @@ def test_report_json_round_trip_of_scores(tmp_path: Path) -> None:
     lines[0] = json.dumps(first)
     (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     page = write_report(tmp_path).read_text(encoding="utf-8")
-    assert "exact=1, &lt;f1&gt;=0.5" in page
+    rows = rows_of(page)
+    assert rows["score"][0] == "exact=1, <f1>=0.5"
+    scores = rows["scores"]
+    assert isinstance(scores, dict) and list(scores) == ["exact", "<f1>", "score"]
+    assert scores["<f1>"][:2] == [0.5, None]
     assert "&lt;f1&gt;: mean 0.5 over 1" in page
+
+
+FACTORY = """
+from sluicegate import Task, Taskset
+from sluicegate.eval import Score
+
+
+class Env:
+    taskset = Taskset.from_iterable(
+        [Task(input=f"{n} + 1", target=n + 1, id=f"t{n}") for n in range(4)]
+    )
+
+    def __init__(self, offset=0):
+        self.offset = offset
+
+    async def run(self, task):
+        return int(task.input.split(" + ")[0]) + 1 + self.offset
+
+    def score(self, task, result):
+        right = result == task.target
+        return Score(float(right), explanation=f"said {result}, wanted {task.target}")
+"""
+
+
+def test_report_of_a_reduced_run_with_task_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "target.py").write_text(FACTORY, encoding="utf-8")
+    out = tmp_path / "run"
+    argv = ["eval", f"{tmp_path / 'target.py'}:Env", "-o", str(out), "--display", "none"]
+    argv += ["-r", "2", "--reduce", "pass_at_1", "--reduce", "max", "-T", "offset=0"]
+    assert main(argv) == 0
+    assert main(["report", str(out)]) == 0
+    capsys.readouterr()
+    page = (out / "report.html").read_text(encoding="utf-8")
+    # Every setting of run.json, the -T arguments on their own lines.
+    assert "<tr><th>-T offset</th><td>0</td></tr>" in page
+    assert "<tr><th>rollouts</th><td>2</td></tr>" in page
+    assert "<tr><th>reduce</th><td>[&quot;pass_at_1&quot;, &quot;max&quot;]</td></tr>" in page
+    # The per-task reduced values, and each mean with its interval.
+    tasks = embedded(page, "tasks-data")
+    assert tasks["names"] == ["pass_at_1", "max"]
+    assert tasks["rows"] == [[f"t{n}", 2, 1.0, 1.0] for n in range(4)]
+    assert "<b>1</b><span>mean pass_at_1</span><small>95% CI 1 to 1, over 4 tasks</small>" in page
+    card = "<b>1</b><span>mean score</span><small>95% CI 1 to 1, over 8 rollouts of 4 tasks"
+    assert card in page
+    (sample,) = [s for s in samples(page) if fields(page, s)["input"] == ["2 + 1"]][:1]
+    assert sample[1] == "said 3, wanted 3"
+    assert fields(page, sample)["target"] == [3]
+
+
+def test_a_killed_run_shows_the_cards_of_a_finished_one(tmp_path: Path) -> None:
+    finished, killed = tmp_path / "finished", tmp_path / "killed"
+    write_eval_run(finished, 40, trace=False)
+    write_eval_run(killed, 40, trace=False)
+    # What a run.json holds when its session was killed: the first write only.
+    record = json.loads((killed / "run.json").read_text())
+    record.update(
+        ended_at=None,
+        stop_reason=None,
+        error=None,
+        passed=None,
+        reasons=[],
+        counts={"planned": 40, "ok": 0, "error": 0, "resumed": 0},
+        scores={},
+    )
+    (killed / "run.json").write_text(json.dumps(record))
+
+    def cards(run: Path) -> list[str]:
+        page = write_report(run).read_text(encoding="utf-8")
+        return re.findall(r'<div class="card">.*?</div>', page)
+
+    assert cards(killed) == cards(finished)
+    assert any("95% CI" in card and "mean score" in card for card in cards(killed))

@@ -19,7 +19,7 @@ import trio.testing
 
 import sluicegate._trace
 import sluicegate._util
-from observe_runs import png_size, write_eval_run
+from observe_runs import embedded, fields, png_size, samples, write_eval_run
 from sluicegate import Timeline
 from sluicegate._trace import TRACE, TRACE_LOG, recording
 from sluicegate.cli import main
@@ -131,12 +131,15 @@ def test_report_of_odd_rows(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     rows[0]["score"] = {"exact": 1.0, "f1": float("nan")}
     rows[1]["duration_s"] = 1234.5
+    rows[1]["result"] = "Thing(size=1, parts=[..."
+    rows[1]["encoding"] = {"result": {"repr": True, "truncated": True, "length": 99999}}
     rows[2]["duration_s"] = None
     rows[3]["error"] = {"type": "RuntimeError", "message": "x" * 500}
     rows[3]["status"] = "error"
     rows[4]["error"] = {"type": "KeyError", "message": "line one\nline two"}
     rows[4]["status"] = "error"
     rows[5]["status"] = "skipped"
+    rows[5]["result"] = {"n": float("inf")}
     lines = [json.dumps(row) for row in rows] + ['{"rollout": 1}', "[1, 2]"]
     (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n")
     record = json.loads((tmp_path / "run.json").read_text())
@@ -144,16 +147,68 @@ def test_report_of_odd_rows(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text(json.dumps(record))
 
     page = write_report(tmp_path).read_text(encoding="utf-8")
-    assert "exact=1, f1=nan" in page
-    assert "1,234.5 s" in page
+    data = embedded(page, "rows-data")
+    assert data["score"][0] == "exact=1, f1=nan"
+    # JSON has no NaN: a score that is not finite is shown, and neither sorts nor filters.
+    assert data["scores"]["exact"][0] == 1.0 and data["scores"]["f1"][0] is None
+    assert data["duration"][1:3] == [1234.5, None]
     assert "2 line(s) that are not rows skipped" in page
-    # A long message is cut in the summary line, whole when opened.
-    head = "RuntimeError: " + "x" * 500
-    assert f"<summary>{head[:159]}…</summary><pre>{head}</pre>" in page
-    assert "<summary>KeyError: line one\nline two</summary>" in page
+    # The row's error is cut; the opened row has all of it.
+    assert data["error"][3] == ("RuntimeError: " + "x" * 500)[:400]
+    assert samples(page)[3][2] == [["RuntimeError", "x" * 500, None]]
+    assert data["error"][4] == "KeyError: line one\nline two"
+    # A result JSON cannot hold (a hand-edited row) is shown as its repr.
+    assert fields(page, samples(page)[5])["result"] == ["{'n': inf}"]
+    # How a value was written when not as itself.
+    assert fields(page, samples(page)[1])["result"] == [
+        "Thing(size=1, parts=[...",
+        "its repr(), cut: the whole was 99,999 characters",
+    ]
     assert '<span class="badge">failed</span>' in page
     assert "2 (resumed)" in page
     assert 'data-filter="skipped"' in page
+
+
+def test_report_shows_odd_text_inert_and_keeps_every_row(tmp_path: Path) -> None:
+    """A lone surrogate, a bidi override, a script end: each row still shown, none active."""
+    write_eval_run(tmp_path, 4)
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    rows[0]["task_id"] = "bytes \udcff here"
+    rows[1]["task_id"] = "abc\u202edcba"
+    rows[2]["error"] = {
+        "type": "OSError",
+        "message": "bad \udc80 name </script><!--",
+        "traceback": None,
+    }
+    rows[2]["status"] = "error"
+    rows[3]["result"] = "zero\u200bwidth \ud800 tag\U000e0041"
+    # eval writes such text as \u escapes; json.dumps does the same.
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    record = json.loads((tmp_path / "run.json").read_text())
+    record["environment"] = "env \udcfe"
+    (tmp_path / "run.json").write_text(json.dumps(record))
+
+    page = write_report(tmp_path).read_bytes().decode("utf-8")  # strict: no surrogate written
+    data = embedded(page, "rows-data")
+    assert data["task"][:2] == ["bytes \\udcff here", "abc\\u202edcba"]
+    assert data["error"][2] == "OSError: bad \\udc80 name </script><!--"
+    assert fields(page, samples(page)[3])["result"] == ["zero\\u200bwidth \\ud800 tag\\U000e0041"]
+    assert "\u202e" not in page and "\u200b" not in page
+    assert "env \\udcfe" in page
+
+
+def test_report_of_scores_whose_range_overflows_a_float(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_eval_run(tmp_path, 6, trace=False, error_every=0)
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    for row, score in zip(rows, [1.5e308, -1.5e308, 1.5e308, -1.5e308, 1e308, 0.0], strict=True):
+        row["score"] = score
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert main(["report", str(tmp_path)]) == 0
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "score: mean 1.667e+307 over 6" in page
+    assert "<title>-1.5e+308 to -1.35e+308: 2</title>" in page
 
 
 def test_report_of_an_unreadable_run_json_and_a_broken_trace(tmp_path: Path) -> None:
@@ -163,7 +218,7 @@ def test_report_of_an_unreadable_run_json_and_a_broken_trace(tmp_path: Path) -> 
     page = write_report(tmp_path).read_text(encoding="utf-8")
     assert "missing or unreadable" in page
     assert "The trace could not be read" in page
-    assert page.count('role="row" data-status="') == 4
+    assert len(embedded(page, "rows-data")["task"]) == 4
 
 
 @pytest.mark.parametrize(
@@ -314,7 +369,7 @@ async def test_report_of_a_resumed_run_counts_the_latest_row_of_each_rollout(
     assert "errors by type" not in page and 'data-filter="error"' not in page
     assert "upstream down" not in page
     assert "2 earlier row(s) of rollouts a resume ran again" in page
-    assert page.count('class="r" role="row"') == 4
+    assert len(embedded(page, "rows-data")["task"]) == 4
 
 
 def test_anomalies_leave_out_runs_a_later_session_ran_again(

@@ -36,9 +36,9 @@ def test_docs_images(browser: Any, tmp_path: Path) -> None:
     page.goto(write_report(run).as_uri())
     page.screenshot(path=str(made / "report.png"))
     page.get_by_role("button", name=re.compile(r"^error \(")).click()
-    page.locator("#rollouts .r:visible details summary").first.click()
-    page.locator("#rollouts").scroll_into_view_if_needed()
-    page.evaluate("document.querySelector('h2:last-of-type').scrollIntoView()")
+    row = page.locator("#rows details").first
+    row.locator("summary").click()
+    page.evaluate("document.getElementById('rollouts').scrollIntoView()")
     page.screenshot(path=str(made / "report-errors.png"))
     page.close()
 

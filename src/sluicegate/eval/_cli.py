@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,10 @@ import trio
 from .._terminal import messages
 from ._config import EVERY_SCORE, UsageError
 from ._display import DISPLAYS
-from ._log import read_run_record
+from ._format import read_run_record
 from ._run import evaluate
 
-__all__ = ["arguments", "handle", "register"]
+__all__ = ["arguments", "handle", "register", "register_compare"]
 
 _DESCRIPTION = """\
 Run the next N tasks of an environment (a static set, a live feed or an
@@ -125,6 +126,28 @@ def register(commands: Any) -> None:
     add(
         "--id", action="append", dest="ids", metavar="ID", help="run only this task id (repeatable)"
     )
+    add(
+        "--reduce",
+        action="append",
+        metavar="NAME",
+        help="combine each task's rollouts with NAME (mean, max, min, median, mode, "
+        "pass_at_K, at_least_K) into DIR/tasks.jsonl and run.json; repeatable",
+    )
+    add(
+        "--pass-threshold",
+        type=float,
+        metavar="X",
+        help="a rollout is correct for pass_at_K and at_least_K when its score is >= X "
+        "(default 1.0)",
+    )
+    add(
+        "-T",
+        action="append",
+        dest="task_args",
+        metavar="KEY=VALUE",
+        help="pass KEY=VALUE to the environment's factory as a keyword argument (VALUE "
+        "read as JSON when it parses, else as text); repeatable, recorded for --resume",
+    )
     add("-o", "--output", metavar="DIR", help="output directory (default runs/<UTC time>-<name>)")
     add(
         "--resume",
@@ -150,6 +173,7 @@ def register(commands: Any) -> None:
         "(see sluicegate plot, report and trace)",
     )
     parser.set_defaults(handler=handle)
+    register_compare(commands)
 
 
 def _min_score(texts: list[str]) -> dict[str, float]:
@@ -163,6 +187,19 @@ def _min_score(texts: list[str]) -> dict[str, float]:
                 f"--min-score takes X or NAME=X with X a number, not {text!r}"
             ) from None
     return floors
+
+
+def _task_args(texts: list[str]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for text in texts:
+        key, sep, value = text.partition("=")
+        if not sep or not key:
+            raise UsageError(f"-T takes KEY=VALUE, not {text!r}")
+        try:
+            found[key] = json.loads(value)
+        except ValueError:
+            found[key] = value
+    return found
 
 
 def _system_prompt(path: str) -> str:
@@ -196,6 +233,9 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         "timeout": args.timeout,
         "fail_on_error": args.fail_on_error,
         "min_score": None if args.min_score is None else _min_score(args.min_score),
+        "reduce": args.reduce,
+        "pass_threshold": args.pass_threshold,
+        "task_args": None if args.task_args is None else _task_args(args.task_args),
     }
     display = args.display or ("rich" if sys.stdout.isatty() else "plain")
     # For this session only: run.json records none of these, so a resume may differ.
@@ -255,3 +295,71 @@ def handle(args: argparse.Namespace) -> int:
         for reason in report.reasons:
             print(f"sluicegate eval: not passed: {reason}", file=sys.stderr)
     return report.exit_status
+
+
+_COMPARE = """\
+Compare run B with run A (the baseline) over the tasks both ran: for each
+score (and each reduced score both wrote to tasks.jsonl), both means with
+their 95% intervals and the paired difference B - A with its own; then the
+tasks whose value changed, worst regressions first. Tasks in only one run
+are counted apart.
+
+exit status: 0, or 1 with --fail-on-regression X when some score's whole 95%
+interval of B - A lies below -X; 2 when a directory holds no run.
+"""
+
+
+def register_compare(commands: Any) -> None:
+    """Add the ``compare`` subcommand to the top-level parser's subcommands."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "compare",
+        help="compare two evaluation runs, task by task",
+        description=_COMPARE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("run_a", metavar="RUN_A", help="the baseline run's directory")
+    parser.add_argument("run_b", metavar="RUN_B", help="the run compared with it")
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument(
+        "--fail-on-regression",
+        type=float,
+        metavar="X",
+        help="exit 1 when a score got worse by more than X at 95%% confidence",
+    )
+    parser.add_argument(
+        "--changed",
+        type=_count(0),
+        default=20,
+        metavar="N",
+        help="list at most N changed tasks in the text output (default 20)",
+    )
+    parser.set_defaults(handler=handle_compare)
+
+
+def handle_compare(args: argparse.Namespace) -> int:
+    """Run ``sluicegate compare`` for parsed ``args``; returns the exit status."""
+    from ._compare import compare_runs
+    from ._display import comparison_text
+
+    try:
+        comparison = compare_runs(args.run_a, args.run_b)
+    except ValueError as exc:
+        print(f"sluicegate compare: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(comparison.to_json(), indent=2, ensure_ascii=False, allow_nan=False))
+    else:
+        print(comparison_text(comparison, changed=args.changed), end="")
+    if args.fail_on_regression is not None:
+        regressions = comparison.regressions(args.fail_on_regression)
+        for score in regressions:
+            assert score.difference is not None and score.difference.ci95 is not None
+            high = score.difference.ci95[1]
+            print(
+                f"sluicegate compare: regression: {score.name} B - A is below "
+                f"-{args.fail_on_regression:g} at 95% confidence (interval ends at {high:+.4g})",
+                file=sys.stderr,
+            )
+        if regressions:
+            return 1
+    return 0

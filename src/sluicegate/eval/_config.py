@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import json
 import math
 import re
 import sys
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
+from typing import Any
 
 import attrs
 
 from .._retry import Retry
+from ._reduce import check_reducer
 
 __all__ = [
     "EVERY_SCORE",
@@ -31,6 +34,7 @@ __all__ = [
     "differences",
     "exception_name",
     "exception_types",
+    "task_arguments",
 ]
 
 # The --min-score key that stands for every score.
@@ -72,6 +76,11 @@ class EvalConfig:
         min_score: ``--min-score``: the lowest mean allowed per score name
             (``"*"``: every score).
         output: The output directory.
+        task_args: ``-T``: keyword arguments for the environment's factory
+            (JSON values).
+        reduce: ``--reduce``: the reducers over each task's rollouts.
+        pass_threshold: ``--pass-threshold``: the score at which a rollout
+            counts as correct for ``pass_at_K`` and ``at_least_K``.
     """
 
     target: str | None = None
@@ -87,6 +96,9 @@ class EvalConfig:
     fail_on_error: str = "0"
     min_score: dict[str, float] = attrs.field(factory=dict)
     output: str = ""
+    task_args: dict[str, Any] = attrs.field(factory=dict)
+    reduce: tuple[str, ...] = ()
+    pass_threshold: float = 1.0
     retry_types: tuple[type[Exception], ...] = attrs.field(default=(), eq=False, repr=False)
 
     def retry(self) -> Retry | None:
@@ -113,11 +125,10 @@ def _seconds(name: str, value: object) -> float:
     return float(value)
 
 
-def _score_floor(name: str, value: object) -> float:
+def _score_floor(name: str, value: object, flag: str = "--min-score") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise UsageError(
-            f"--min-score {name}: the threshold must be a finite number, not {value!r}"
-        )
+        where = flag if name == flag else f"{flag} {name}"
+        raise UsageError(f"{where}: the threshold must be a finite number, not {value!r}")
     return float(value)
 
 
@@ -127,6 +138,45 @@ def _min_score(value: float | Mapping[str, float] | None) -> dict[str, float]:
     if isinstance(value, Mapping):
         return {str(key): _score_floor(str(key), floor) for key, floor in value.items()}
     return {EVERY_SCORE: _score_floor(EVERY_SCORE, value)}
+
+
+def task_arguments(args: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Check ``-T`` arguments: identifiers for names, JSON values (a copy is returned).
+
+    Raises:
+        UsageError: naming the argument.
+    """
+    if args is None:
+        return {}
+    if not isinstance(args, Mapping):
+        raise UsageError(f"task_args (-T) must be a mapping of names to values, not {args!r}")
+    checked: dict[str, Any] = {}
+    for key, value in args.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise UsageError(f"-T {key!r}: an argument name must be a Python identifier")
+        try:
+            # run.json records them, and a resume passes them again.
+            checked[key] = json.loads(json.dumps(value, allow_nan=False))
+        except (TypeError, ValueError):
+            raise UsageError(
+                f"-T {key}: the value must be JSON (text, a number, a list, a mapping...), "
+                f"not {type(value).__name__}"
+            ) from None
+    return checked
+
+
+def _reducers(names: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(names, str):
+        names = (names,)
+    found: list[str] = []
+    for name in names:
+        try:
+            reducer = check_reducer(name)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        if reducer not in found:
+            found.append(reducer)
+    return tuple(found)
 
 
 def _ids(ids: Iterable[str | int]) -> tuple[str, ...]:
@@ -231,6 +281,9 @@ def configure(
     fail_on_error: int | float | str,
     min_score: float | Mapping[str, float] | None,
     output: str,
+    task_args: Mapping[str, Any] | None = None,
+    reduce: Iterable[str] = (),
+    pass_threshold: float = 1.0,
 ) -> EvalConfig:
     """Check every setting and build the run's config; nothing happens before this passes.
 
@@ -260,14 +313,17 @@ def configure(
         fail_on_error=budget_text,
         min_score=_min_score(min_score),
         output=output,
+        task_args=task_arguments(task_args),
+        reduce=_reducers(reduce),
+        pass_threshold=_score_floor("--pass-threshold", pass_threshold, "--pass-threshold"),
         retry_types=retry_types,
     )
 
 
 # The settings that decide which rollouts exist and what they run. A resume must
 # match them, or the rows already on disk would answer a different question.
-# -c, --retries, --retry-on, --timeout, --fail-on-error, --min-score and
-# --display may change between sessions.
+# -c, --retries, --retry-on, --timeout, --fail-on-error, --min-score,
+# --reduce, --pass-threshold and --display may change between sessions.
 RESUME_KEYS: dict[str, str] = {
     "target": "TARGET",
     "num_tasks": "-n/--num-tasks",
@@ -275,6 +331,7 @@ RESUME_KEYS: dict[str, str] = {
     "shuffle": "--shuffle",
     "system_prompt": "--system-prompt (the file's text)",
     "ids": "--id",
+    "task_args": "-T",
 }
 
 

@@ -1,13 +1,13 @@
-"""The one cattrs converter of ``sluicegate.eval``: rows, ``run.json`` and results.
+"""The one cattrs converter of ``sluicegate.eval``'s records: rows, ``run.json``, ``tasks.jsonl``.
 
-Anything an environment's ``run`` returns goes through it too: primitives,
-mappings, sequences, attrs classes and dataclasses unstructure to JSON-ready
-values.
+The user values a row holds (the sample, the result, a score's metadata)
+are not its business: :mod:`sluicegate._values` encodes those, bounded.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -16,7 +16,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from .. import _taskset
 from ._config import EvalConfig
-from ._records import Score
+from ._score import ScoreValue
 
 __all__ = ["converter"]
 
@@ -28,6 +28,7 @@ converter = cattrs.Converter()
 attrs.resolve_types(_taskset.Task, globalns=vars(_taskset))
 
 converter.register_unstructure_hook(datetime, lambda value: value.isoformat())
+converter.register_unstructure_hook(Path, str)
 # The classes given for --retry-on live only as long as the session: run.json
 # keeps their names.
 converter.register_unstructure_hook(
@@ -41,7 +42,7 @@ converter.register_structure_hook(
 converter.register_structure_hook(datetime, lambda value, _: datetime.fromisoformat(value))
 
 
-def _structure_score(value: Any, _: Any) -> Score:
+def _structure_score(value: Any, _: Any) -> ScoreValue:
     if value is None:
         return None
     if isinstance(value, dict):
@@ -49,4 +50,4 @@ def _structure_score(value: Any, _: Any) -> Score:
     return float(value)
 
 
-converter.register_structure_hook(Score, _structure_score)
+converter.register_structure_hook(ScoreValue, _structure_score)

@@ -8,7 +8,7 @@ it made. What crosses is small and ours to pickle:
 
 * the function is a :class:`RemoteAttempt`, holding the ``TARGET`` as a
   string; a worker loads the environment from it once per process;
-* the item is the pickled :class:`~._plan.Slot`, which carries the rollout
+* the item is the pickled :class:`~._slots.Slot`, which carries the rollout
   index, so :func:`~._rollout.current_rollout` works on the worker;
 * the answer is the pickled outcome: a :class:`~._rollout.Scored` or the
   attempt's exception, traceback included. Pickling both here, rather than
@@ -50,7 +50,7 @@ from ._rollout import AttemptFn, Scored, attempt_here, rollout_of
 from ._target import Parts, file_of, resolve_target
 
 if TYPE_CHECKING:
-    from ._plan import Slot
+    from ._slots import Slot
 
 __all__ = ["LOCAL", "RemoteAttempt", "check", "dask_setup", "on_dask", "unpack"]
 

@@ -1,6 +1,6 @@
 """Progress for an evaluation: ``rich`` (a live bar), ``plain`` (log lines) or none.
 
-A display only reads the :class:`~sluicegate.eval._tally.Tally` on its own
+A display only reads the :class:`~sluicegate.eval._tally.RunTally` on its own
 schedule; the run never calls into it per rollout, so ``display="none"``
 (no display object at all) costs nothing.
 
@@ -25,13 +25,26 @@ import trio
 
 from ._config import UsageError
 from ._records import Counts
-from ._tally import Tally
+from ._stats import ScoreStats
+from ._tally import RunTally
+
+if TYPE_CHECKING:
+    from ._compare import Comparison
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.live import Live
 
-__all__ = ["DISPLAYS", "Display", "PlainDisplay", "RichDisplay", "Summary", "make_display"]
+__all__ = [
+    "DISPLAYS",
+    "Display",
+    "PlainDisplay",
+    "RichDisplay",
+    "Summary",
+    "comparison_text",
+    "make_display",
+    "stats_text",
+]
 
 DISPLAYS = ("rich", "plain", "none")
 
@@ -53,6 +66,8 @@ class Summary:
     elapsed: float
     abandoned: tuple[tuple[str, int], ...] = ()
     resume: str | None = None
+    score_stats: Mapping[str, ScoreStats] = attrs.field(factory=dict)
+    reduced: Mapping[str, ScoreStats] = attrs.field(factory=dict)
 
 
 def resume_command(output: str) -> str:
@@ -61,7 +76,7 @@ def resume_command(output: str) -> str:
 
 
 class Display(Protocol):
-    async def show(self, tally: Tally) -> None:
+    async def show(self, tally: RunTally) -> None:
         """Show progress until cancelled."""
 
     def summary(self, summary: Summary) -> None:
@@ -72,20 +87,20 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _total(tally: Tally) -> str:
+def _total(tally: RunTally) -> str:
     if not tally.growing:
         return str(tally.planned)
     bound = f" (<= {tally.bound})" if tally.bound is not None else ""
     return f"{tally.planned}+{bound}"
 
 
-def _rate(tally: Tally) -> tuple[float, float]:
+def _rate(tally: RunTally) -> tuple[float, float]:
     elapsed = trio.current_time() - tally.started
     done = tally.finished - tally.resumed
     return elapsed, (done / elapsed if elapsed > 0 else 0.0)
 
 
-def progress_line(tally: Tally) -> str:
+def progress_line(tally: RunTally) -> str:
     """The run so far as a sentence: ``12/30 done, 2 errors, 4 running (of 4), 4.0/s, 3 s``."""
     elapsed, rate = _rate(tally)
     return (
@@ -94,8 +109,38 @@ def progress_line(tally: Tally) -> str:
     )
 
 
-def _score_text(scores: Mapping[str, float]) -> str:
-    return ", ".join(f"{key} {value:.4g}" for key, value in scores.items()) or "none"
+def stats_text(stats: ScoreStats | None) -> str:
+    """``0.72 ± 0.058 [0.6, 0.84] (n 60, 20 tasks, clustered)``: a mean with its uncertainty."""
+    if stats is None:
+        return "none"
+    text = f"{stats.mean:.4g}"
+    if stats.stderr is not None and stats.ci95 is not None:
+        text += f" ± {stats.stderr:.2g} [{stats.ci95[0]:.4g}, {stats.ci95[1]:.4g}]"
+    unit = f"n {stats.n}"
+    if stats.clustered:
+        unit += f", {stats.tasks} tasks, clustered"
+    return f"{text} ({unit})"
+
+
+def _means(summary: Summary) -> list[tuple[str, str]]:
+    """``(name, text)`` per score (its mean, with its interval when known) and per reduced score."""
+    rows = [
+        (
+            key,
+            stats_text(summary.score_stats[key]) if key in summary.score_stats else f"{value:.4g}",
+        )
+        for key, value in summary.scores.items()
+    ]
+    rows.extend((key, stats_text(stats)) for key, stats in summary.reduced.items())
+    return rows
+
+
+def _mean_rows(summary: Summary) -> list[tuple[str, str]]:
+    return [(f"mean {key}", text) for key, text in _means(summary)]
+
+
+def _score_text(summary: Summary) -> str:
+    return "; ".join(f"{key} {text}" for key, text in _means(summary)) or "none"
 
 
 def _abandoned_text(summary: Summary) -> str:
@@ -172,7 +217,7 @@ class PlainDisplay(_Guarded):
     def _line(self, text: str) -> None:
         self.guard(lambda: print(text, file=self.file, flush=True))
 
-    async def show(self, tally: Tally) -> None:
+    async def show(self, tally: RunTally) -> None:
         seen = tally.finished
         while not self.silent:
             await trio.sleep(self._interval)
@@ -189,7 +234,7 @@ class PlainDisplay(_Guarded):
             f"{_plural(counts.error, 'error')}, {counts.planned} planned, "
             f"in {summary.elapsed:.1f} s"
         )
-        self._line(f"scores: {_score_text(summary.scores)}")
+        self._line(f"scores: {_score_text(summary)}")
         for label, text in _detail_rows(summary):
             self._line(f"{label}: {text}")
 
@@ -201,7 +246,7 @@ class RichDisplay(_Guarded):
         super().__init__(file)
         self._interval = interval
 
-    def _render(self, tally: Tally) -> RenderableType:
+    def _render(self, tally: RunTally) -> RenderableType:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
         from rich.text import Text
@@ -225,7 +270,7 @@ class RichDisplay(_Guarded):
         )
         return grid
 
-    async def show(self, tally: Tally) -> None:
+    async def show(self, tally: RunTally) -> None:
         from rich.console import Console
 
         bar = _LiveBar(Console(file=self._file), lambda: self._render(tally))
@@ -262,7 +307,7 @@ class RichDisplay(_Guarded):
         )
         rows = [
             *_count_rows(summary),
-            *((f"mean {key}", f"{value:.4g}") for key, value in summary.scores.items()),
+            *_mean_rows(summary),
             ("elapsed", f"{summary.elapsed:.1f} s"),
             *_detail_rows(summary),
         ]
@@ -365,3 +410,53 @@ def make_display(kind: str) -> Display | None:
     if kind == "none":
         return None
     raise UsageError(f"display must be one of {', '.join(DISPLAYS)}, not {kind!r}")
+
+
+def _interval(stats: ScoreStats | None, signed: bool = False) -> str:
+    if stats is None:
+        return "-"
+    sign = "+" if signed else ""
+    text = f"{stats.mean:{sign}.4f}"
+    if stats.ci95 is not None:
+        text += f" [{stats.ci95[0]:{sign}.3f}, {stats.ci95[1]:{sign}.3f}]"
+    return text
+
+
+def comparison_text(comparison: Comparison, changed: int = 20) -> str:
+    """``sluicegate compare``'s text: a table of scores, then the changed tasks, worst first."""
+    lines = [
+        f"A: {comparison.run_a}",
+        f"B: {comparison.run_b}",
+        f"tasks: {comparison.shared} in both, {len(comparison.only_a)} only in A, "
+        f"{len(comparison.only_b)} only in B",
+        "",
+    ]
+    table = [("score", "A mean [95% CI]", "B mean [95% CI]", "B - A paired [95% CI]", "tasks")]
+    for score in comparison.scores:
+        paired = score.difference
+        table.append(
+            (
+                score.name,
+                _interval(score.a),
+                _interval(score.b),
+                _interval(paired, signed=True),
+                str(paired.n) if paired is not None else "0",
+            )
+        )
+    widths = [max(len(row[column]) for row in table) for column in range(5)]
+    lines.extend(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in table
+    )
+    if comparison.changed:
+        lines += ["", f"changed tasks ({len(comparison.changed)}, worst first):"]
+        for change in comparison.changed[:changed]:
+            lines.append(
+                f"  {change.task_id}  {change.name}  {change.a:.4g} -> {change.b:.4g}  "
+                f"({change.delta:+.4g})"
+            )
+        if len(comparison.changed) > changed:
+            lines.append(f"  ... and {len(comparison.changed) - changed} more (--json lists all)")
+    else:
+        lines += ["", "no task changed"]
+    return "\n".join(lines) + "\n"

@@ -1,4 +1,6 @@
-"""The output directory: ``run.json``, ``results.jsonl`` rows as they finish, and resume.
+"""One session's hold on the output directory: creating it, locking it, appending rows.
+
+The files' format (names, the writer, the readers) is :mod:`._format`'s.
 
 A new directory appears whole: it is built under a hidden name next to its
 place, with ``run.json`` and an empty ``results.jsonl``, and renamed into
@@ -10,114 +12,21 @@ appended and flushed one by one, so a run killed at any instant keeps
 every finished rollout except, at worst, a torn last line, which
 :func:`read_results` sets aside instead of failing.
 
-Every line is strict JSON (RFC 8259): no ``NaN``/``Infinity``, valid UTF-8,
-and U+2028, U+2029 and U+0085 escaped, so that any line-splitting reader
-sees one row per line. A result that cannot be written so is written as its
-``repr()``, with ``result_repr: true``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-import attrs
-import cattrs
-
-from .._util import write_atomically
 from ._config import UsageError
-from ._convert import converter
-from ._records import Row, RunRecord
+from ._format import LOCK, RESULTS, RUN, encode_row, write_run_record, write_tasks
+from ._records import RolloutRow, RunRecord, TaskRow
 
-__all__ = [
-    "RESULTS",
-    "LOCK",
-    "RUN",
-    "TORN",
-    "Previous",
-    "RunLog",
-    "SessionLock",
-    "check_new",
-    "create",
-    "encode_row",
-    "read_results",
-    "read_run_record",
-    "write_run_record",
-]
-
-RESULTS = "results.jsonl"
-RUN = "run.json"
-TORN = "results.torn"
-LOCK = ".lock"
-
-# Characters that some line splitters (str.splitlines, JavaScript) take for line
-# breaks, but json.dumps leaves alone when ensure_ascii is off.
-_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
-
-
-def _dumps(data: Any, indent: int | None = None) -> str:
-    """``data`` as strict JSON text.
-
-    Raises:
-        TypeError: a value JSON has no form for (a tuple as a key, an object).
-        ValueError: a float that is not finite, or a lone surrogate, which
-            cannot be written as UTF-8.
-    """
-    text = json.dumps(data, ensure_ascii=False, allow_nan=False, indent=indent)
-    text.encode("utf-8")
-    return text.translate(_BREAKS)
-
-
-def _dumps_escaped(data: Any, indent: int | None = None) -> str:
-    # The last resort for text outside the result (an error message holding a
-    # lone surrogate): every non-ASCII character as a \u escape.
-    return json.dumps(data, ensure_ascii=True, allow_nan=False, indent=indent)
-
-
-def _safe_repr(value: object) -> str:
-    """``repr(value)``, or a description of ``value`` when its ``repr()`` raises.
-
-    An integer of more than 4300 digits and an object whose ``__repr__``
-    raises have no ``repr()``; their row must still be written.
-    """
-    try:
-        return repr(value)
-    except Exception as exc:
-        return f"<{type(value).__qualname__} object: repr() raised {type(exc).__name__}: {exc}>"
-
-
-def _encodes(value: Any) -> bool:
-    try:
-        _dumps(converter.unstructure(value))
-    except (TypeError, ValueError, RecursionError):
-        return False
-    return True
-
-
-def encode_row(row: Row) -> str:
-    """The line of ``results.jsonl`` for ``row``, without its newline.
-
-    A result the converter or strict JSON cannot take (an arbitrary object,
-    a ``NaN``, a lone surrogate, a dict keyed by tuples, an integer too long
-    to print) is replaced by its ``repr()`` and marked with ``result_repr``;
-    other text that is not valid UTF-8 (a lone surrogate in a task id or an
-    error message) is written as ``\\u`` escapes. The row is never lost.
-    """
-    try:
-        return _dumps(converter.unstructure(row))
-    except (TypeError, ValueError, RecursionError):
-        pass
-    if not _encodes(row.result):
-        row = attrs.evolve(row, result=_safe_repr(row.result), result_repr=True)
-    data = converter.unstructure(row)
-    try:
-        return _dumps(data)
-    except ValueError:
-        return _dumps_escaped(data)
+__all__ = ["RunLog", "SessionLock", "check_new", "create"]
 
 
 class SessionLock:
@@ -189,7 +98,7 @@ class RunLog:
             self.lock.release()
             raise
 
-    def write(self, row: Row) -> None:
+    def write(self, row: RolloutRow) -> None:
         """Append ``row`` to ``results.jsonl`` and flush it to the OS.
 
         A plain blocking write: a row is a few hundred bytes into the page
@@ -199,10 +108,13 @@ class RunLog:
         self._file.write(encode_row(row) + "\n")
         self._file.flush()
 
-    def close(self, record: RunRecord) -> RunRecord:
-        """Close ``results.jsonl``, write the final ``record``, let go of the lock; return it."""
+    def close(self, record: RunRecord, tasks: list[TaskRow] | None = None) -> RunRecord:
+        """Close ``results.jsonl``, write ``tasks.jsonl`` (when ``tasks`` is given) and the
+        final ``record``, let go of the lock; return the record."""
         try:
             self._file.close()
+            if tasks is not None:
+                write_tasks(self.directory, tasks)
             write_run_record(self.directory, record)
             self.record = record
         finally:
@@ -286,93 +198,3 @@ def create(directory: Path, record: RunRecord, lock: SessionLock | None = None) 
         return held
     except OSError as exc:
         raise UsageError(f"-o {directory}: cannot create it: {exc.strerror or exc}") from None
-
-
-@attrs.frozen
-class Previous:
-    """What a resume found in ``results.jsonl``.
-
-    Attributes:
-        ok: The latest ok row of each ``(task_id, rollout)`` found.
-        rows: How many rows were read.
-        set_aside: Text of a torn last line, moved to ``results.torn``; or None.
-    """
-
-    ok: dict[tuple[str, int], Row]
-    rows: int
-    set_aside: str | None
-
-
-def read_results(directory: Path) -> Previous:
-    """Read the rows of an earlier run in ``directory`` for a resume.
-
-    A missing ``results.jsonl`` holds no rows. A last line without its
-    newline that is not valid JSON was torn by a kill: it is appended to
-    ``results.torn`` and cut from ``results.jsonl``, so that new rows start
-    on a line of their own.
-
-    Raises:
-        UsageError: if a complete line is not a row.
-    """
-    path = directory / RESULTS
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return Previous(ok={}, rows=0, set_aside=None)
-    cut = data.rfind(b"\n") + 1
-    # split("\n"), not splitlines(): rows written before U+2028 and friends
-    # were escaped may hold them raw.
-    lines = data[:cut].decode("utf-8", errors="replace").split("\n")[:-1]
-    tail = data[cut:].decode("utf-8", errors="replace")
-    set_aside = None
-    if tail:
-        try:
-            json.loads(tail)
-        except ValueError:
-            set_aside = tail
-            with (directory / TORN).open("a", encoding="utf-8") as torn:
-                torn.write(tail + "\n")
-            os.truncate(path, cut)
-        else:
-            # Complete but for its newline: keep it, and end it.
-            lines.append(tail)
-            with path.open("a", encoding="utf-8") as file:
-                file.write("\n")
-    ok: dict[tuple[str, int], Row] = {}
-    count = 0
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = converter.structure(json.loads(line), Row)
-        except (ValueError, cattrs.BaseValidationError) as exc:
-            raise UsageError(f"--resume: {path} line {number} is not a result row: {exc}") from None
-        count += 1
-        if row.status == "ok":
-            ok[row.key] = row
-    return Previous(ok=ok, rows=count, set_aside=set_aside)
-
-
-def write_run_record(directory: Path, record: RunRecord) -> None:
-    """Write ``run.json`` atomically (a reader never sees half of it)."""
-    data = converter.unstructure(record)
-    try:
-        text = _dumps(data, indent=2)
-    except ValueError:
-        text = _dumps_escaped(data, indent=2)
-    write_atomically(directory / RUN, text + "\n")
-
-
-def read_run_record(directory: Path) -> RunRecord:
-    """Read ``run.json`` from ``directory``.
-
-    Raises:
-        UsageError: if it is missing or unreadable.
-    """
-    path = directory / RUN
-    try:
-        return converter.structure(json.loads(path.read_text(encoding="utf-8")), RunRecord)
-    except FileNotFoundError:
-        raise UsageError(f"--resume: {path} does not exist") from None
-    except (ValueError, cattrs.BaseValidationError) as exc:
-        raise UsageError(f"--resume: {path} is not a run record: {exc}") from None

@@ -14,11 +14,24 @@ from typing import Any, Literal
 
 import attrs
 
+from .._taskset import Task
 from ._config import EvalConfig
+from ._score import ScoreValue
+from ._stats import ScoreStats
 
-__all__ = ["Counts", "ErrorInfo", "Row", "RunRecord", "Score", "Session", "StopReason"]
+__all__ = [
+    "USER_FIELDS",
+    "Counts",
+    "ErrorInfo",
+    "FieldEncoding",
+    "RolloutRow",
+    "RunRecord",
+    "Session",
+    "StopReason",
+    "TaskRow",
+    "sample_of",
+]
 
-Score = float | dict[str, float] | None
 StopReason = Literal["completed", "failed", "interrupted"]
 
 
@@ -57,7 +70,47 @@ class ErrorInfo:
 
 
 @attrs.frozen
-class Row:
+class FieldEncoding:
+    """How a user value of a row was written, when it is not its plain JSON form.
+
+    Attributes:
+        repr: The text is the value's ``repr()`` (it has no JSON form);
+            else it is the value's JSON text.
+        truncated: The text was cut to the field's cap.
+        length: Characters of the whole text before the cut.
+    """
+
+    repr: bool = False
+    truncated: bool = False
+    length: int = 0
+
+
+# The fields of a row that hold user values, each written by sluicegate._values.
+USER_FIELDS = (
+    "input",
+    "target",
+    "metadata",
+    "system_prompt",
+    "result",
+    "explanation",
+    "score_metadata",
+)
+
+
+def sample_of(task: Any) -> dict[str, Any]:
+    """The sample fields of a row: a :class:`~sluicegate.Task`'s own, else the task as ``input``."""
+    if isinstance(task, Task):
+        return {
+            "input": task.input,
+            "target": task.target,
+            "metadata": task.metadata,
+            "system_prompt": task.system_prompt,
+        }
+    return {"input": task}
+
+
+@attrs.frozen
+class RolloutRow:
     """One finished rollout: a line of ``results.jsonl``.
 
     Attributes:
@@ -72,25 +125,59 @@ class Row:
         duration_s: Seconds from the first attempt's start to the end.
         earlier_errors: The exceptions of the attempts before the last.
         result_repr: True when ``result`` could not be written as JSON and
-            holds its ``repr()`` instead.
+            holds its ``repr()`` instead (kept for older readers: see
+            ``encoding``).
+        input: The task's input (a task that is not a ``Task``: the task).
+        target: The task's target.
+        metadata: The task's metadata.
+        system_prompt: The task's system prompt.
+        explanation: The explanation of a :class:`~sluicegate.eval.Score`.
+        score_metadata: The metadata of a :class:`~sluicegate.eval.Score`.
+        encoding: For each user value not written as its plain JSON form
+            (see :data:`USER_FIELDS`), how it was written; empty otherwise.
+
+    A row made by a rollout holds the user values themselves; a row read
+    back holds them as written (bounded, see ``docs/eval.md``).
     """
 
     task_id: str
     rollout: int
     status: Literal["ok", "error"]
     result: Any
-    score: Score
+    score: ScoreValue
     error: ErrorInfo | None
     attempts: int
     started_at: datetime
     duration_s: float
     earlier_errors: tuple[ErrorInfo, ...] = ()
     result_repr: bool = False
+    input: Any = None
+    target: Any = None
+    metadata: Any = None
+    system_prompt: Any = None
+    explanation: Any = None
+    score_metadata: Any = None
+    encoding: Mapping[str, FieldEncoding] = attrs.field(factory=dict)
 
     @property
     def key(self) -> tuple[str, int]:
         """``(task_id, rollout)``: what a resume matches rows on."""
         return (self.task_id, self.rollout)
+
+
+@attrs.frozen
+class TaskRow:
+    """One line of ``tasks.jsonl``: a task's rollouts reduced.
+
+    Attributes:
+        task_id: The task's id.
+        rollouts: Its ok rollouts that have a score.
+        reduced: Each reduced score's value (None: the reducer has none).
+    """
+
+    task_id: str
+    rollouts: int = 0
+    reduced: Mapping[str, float | None] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -147,6 +234,9 @@ class RunRecord:
         passed: The verdict: the run completed, within its error budget,
             and every ``--min-score`` was met. None while it runs.
         reasons: Why it did not pass, one sentence each.
+        scores: The mean of each score over the ok rollouts.
+        score_stats: Each score's statistics.
+        reduced: Each reduced score's statistics over its per-task values.
         sessions: Every invocation, oldest first.
     """
 
@@ -157,6 +247,8 @@ class RunRecord:
     stop_reason: StopReason | None = None
     counts: Counts = Counts()
     scores: Mapping[str, float] = attrs.field(factory=dict)
+    score_stats: Mapping[str, ScoreStats] = attrs.field(factory=dict)
+    reduced: Mapping[str, ScoreStats] = attrs.field(factory=dict)
     error: str | None = None
     passed: bool | None = None
     reasons: tuple[str, ...] = ()

@@ -6,22 +6,16 @@ rest. An :data:`AttemptFn` runs one attempt of one slot and returns its
 process. :class:`Rollouts` is the runner's ``run``: it applies the retry
 policy and timeout (:func:`sluicegate._retry.attempt`, the same
 loop ``serve()`` uses) to the attempt function and makes the
-:class:`~sluicegate.eval._records.Row`. A bridge that runs attempts on a
+:class:`~sluicegate.eval._records.RolloutRow`. A bridge that runs attempts on a
 cluster hands :class:`Rollouts` its own ``attempt``.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
-import math
-import numbers
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import outcome
@@ -29,12 +23,12 @@ import trio
 
 from .._retry import CutShort, Retry, attempt
 from .._runner import Drain
-from ._records import ErrorInfo, Row, Score
-from ._tally import Tally
+from ._current import current_rollout, rollout_of
+from ._records import ErrorInfo, RolloutRow, sample_of
+from ._score import Judged, ScoreValue, judge
+from ._slots import DuplicateTaskId, Slot
+from ._tally import RunTally
 from ._target import Parts
-
-if TYPE_CHECKING:
-    from ._plan import Slot
 
 __all__ = [
     "AttemptFn",
@@ -46,92 +40,37 @@ __all__ = [
     "rollout_of",
 ]
 
-_rollout: ContextVar[int | None] = ContextVar("sluicegate_eval_rollout", default=None)
-
-
-def current_rollout() -> int:
-    """Which rollout of its task the calling code belongs to, counting from 0.
-
-    Works inside an evaluation's ``run`` and ``score`` (at any depth, and in
-    tasks they spawn) and in its ``SampleSource`` hooks ``on_complete`` and
-    ``on_abandoned``: the rollout of the task they were called for.
-
-    Raises:
-        RuntimeError: outside an evaluation's rollout.
-    """
-    rollout = _rollout.get()
-    if rollout is None:
-        raise RuntimeError(
-            "sluicegate.eval.current_rollout() must be called from inside an evaluation's "
-            "run, score, on_complete or on_abandoned"
-        )
-    return rollout
-
-
-@contextmanager
-def rollout_of(rollout: int) -> Iterator[None]:
-    """Make :func:`current_rollout` return ``rollout`` inside the block."""
-    token = _rollout.set(rollout)
-    try:
-        yield
-    finally:
-        _rollout.reset(token)
-
 
 @attrs.frozen
 class Scored:
-    """What one successful attempt produced: the run's result and its score."""
+    """What one successful attempt produced: the run's result and its score.
+
+    Attributes:
+        result: What ``run(task)`` returned.
+        score: The score as floats, or None without a ``score``.
+        explanation: A :class:`~sluicegate.eval.Score`'s explanation.
+        score_metadata: A :class:`~sluicegate.eval.Score`'s metadata.
+    """
 
     result: Any
-    score: Score
+    score: ScoreValue = None
+    explanation: str | None = None
+    score_metadata: Any = None
+
+    @classmethod
+    def of(cls, result: Any, judged: Judged) -> Scored:
+        """The result with its checked score."""
+        return cls(result, judged.value, judged.explanation, judged.metadata)
 
 
-AttemptFn = Callable[[Parts, "Slot"], Awaitable[Scored]]
+AttemptFn = Callable[[Parts, Slot], Awaitable[Scored]]
 """Runs one attempt of a slot's rollout: ``run(task)``, then ``score(task, result)``."""
-
-
-def _number(value: object, what: str) -> float:
-    """``value`` as a finite float, if it is a real number (numpy's and ``Decimal`` too).
-
-    A ``bool`` is not a score (``True`` is an answer, not 1.0), nor is text
-    that looks like a number: the same rule for a score and for each value
-    of a mapping of scores.
-
-    Raises:
-        TypeError: ``value`` is not a real number.
-        ValueError: it is not finite, or too large for a float.
-    """
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, Decimal)):
-        hint = "" if what else " or a mapping of names to real numbers"
-        raise TypeError(f"score() returned {what}{value!r}: a score must be a real number{hint}")
-    try:
-        number = float(value)
-    except (OverflowError, ValueError) as error:  # 10**400, Decimal("sNaN")
-        raise ValueError(f"score() returned {what}{value!r}: {error}") from None
-    if not math.isfinite(number):
-        raise ValueError(f"score() returned {what}{value!r}: a score must be a finite number")
-    return number
-
-
-async def _score(env: Parts, task: Any, result: Any) -> Score:
-    if env.score is None:
-        return None
-    value = env.score(task, result)
-    if inspect.isawaitable(value):
-        value = await value
-    if isinstance(value, Mapping):
-        return {str(key): _number(inner, f"{key!r}: ") for key, inner in value.items()}
-    return _number(value, "")
 
 
 async def attempt_here(env: Parts, slot: Slot) -> Scored:
     """The default :data:`AttemptFn`: run and score the slot's task in this process."""
     result = await env.run(slot.task)
-    return Scored(result, await _score(env, slot.task, result))
-
-
-class DuplicateTaskId(ValueError):
-    """Two tasks of one evaluation have the same id, or one rollout was added twice."""
+    return Scored.of(result, await judge(env.score, slot.task, result))
 
 
 class _Fatal(BaseException):
@@ -158,7 +97,7 @@ class Rollouts:
     """
 
     env: Parts
-    tally: Tally
+    tally: RunTally
     drain: Drain
     retry: Retry | None = None
     timeout: float | None = None
@@ -172,7 +111,7 @@ class Rollouts:
             # error row nor worth a retry.
             raise _Fatal(exc) from None
 
-    async def __call__(self, slot: Slot) -> Row | None:
+    async def __call__(self, slot: Slot) -> RolloutRow | None:
         started_at = datetime.now(UTC)
         start = trio.current_time()
         self.tally.running += 1
@@ -193,9 +132,10 @@ class Rollouts:
             self.tally.running -= 1
         duration = trio.current_time() - start
         earlier = tuple(ErrorInfo.of(exc) for exc in tried.earlier)
+        sample = sample_of(slot.task)
         if isinstance(tried.result, outcome.Value):
             scored: Scored = tried.result.value
-            return Row(
+            return RolloutRow(
                 task_id=slot.task_id,
                 rollout=slot.rollout,
                 status="ok",
@@ -206,8 +146,11 @@ class Rollouts:
                 started_at=started_at,
                 duration_s=duration,
                 earlier_errors=earlier,
+                explanation=scored.explanation,
+                score_metadata=scored.score_metadata,
+                **sample,
             )
-        return Row(
+        return RolloutRow(
             task_id=slot.task_id,
             rollout=slot.rollout,
             status="error",
@@ -218,4 +161,5 @@ class Rollouts:
             started_at=started_at,
             duration_s=duration,
             earlier_errors=earlier,
+            **sample,
         )

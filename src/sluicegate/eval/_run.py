@@ -1,10 +1,10 @@
 """``evaluate()``: one evaluation as a pipeline.
 
 Configuration (:mod:`._config`, :mod:`._target`), then the plan of rollout
-slots and its source (:mod:`._plan`), then the run (:func:`_run_slots`: one
+slots and its source (:mod:`._slots`), then the run (:func:`_run_slots`: one
 :func:`~sluicegate.open_stream` over the slots with ``window=concurrency``
 and ``ordered=False``, each slot run by :class:`._rollout.Rollouts`), the
-log (:mod:`._log`) and the report (:mod:`._report`). Each step is handed
+log (:mod:`._log`) and the report (:mod:`._verdict`). Each step is handed
 what it needs once. Rows are written the moment their rollout finishes, so
 a slow disk holds back new rollouts rather than piling rows up in memory.
 """
@@ -30,24 +30,23 @@ from .._runner import Drain, Recorder, open_stream, report_failure
 from .._signals import DEFAULT_SIGNALS, drain_on_signals
 from .._trace import recording
 from .._util import in_background
-from ._config import ErrorBudget, EvalConfig, UsageError, configure, differences
-from ._display import Display, Summary, make_display, resume_command
-from ._log import (
-    RESULTS,
-    TORN,
-    Previous,
-    RunLog,
-    SessionLock,
-    check_new,
-    read_results,
-    read_run_record,
+from ._config import (
+    ErrorBudget,
+    EvalConfig,
+    UsageError,
+    configure,
+    differences,
+    task_arguments,
 )
-from ._plan import DuplicateTaskId, EvalSource, Kind, Slot, Source, check, kind_of, plan
-from ._records import Row, RunRecord, StopReason
-from ._report import EvalReport, begin, budget_text, end
+from ._display import Display, Summary, make_display, resume_command
+from ._format import RESULTS, TORN, Previous, read_results, read_run_record
+from ._log import RunLog, SessionLock, check_new
+from ._records import RolloutRow, RunRecord, StopReason
 from ._rollout import AttemptFn, Rollouts, attempt_here
-from ._tally import Tally
+from ._slots import DuplicateTaskId, EvalSource, Kind, Slot, Source, check, kind_of, plan
+from ._tally import RunTally
 from ._target import Parts, environment
+from ._verdict import EvalReport, begin, budget_text, end
 
 if TYPE_CHECKING:
     from ..dask import DaskBridge
@@ -160,9 +159,20 @@ def _setup(
                 f"{Path(str(output_dir)) / 'run.json'} names no TARGET (the run was started "
                 f"from Python): give the environment again"
             )
-    parts = environment(env)
+    task_args = settings.pop("task_args", None)
+    if task_args is None and resume:
+        # A resume passes the factory the arguments the run was started with.
+        with contextlib.suppress(UsageError):
+            earlier = earlier or read_run_record(Path(str(output_dir)))
+        task_args = earlier.config.task_args if earlier is not None else None
+    task_args = task_arguments(task_args)
+    if task_args and dask is not None:
+        raise UsageError(
+            "-T cannot be used with --dask: the workers build the environment from TARGET alone"
+        )
+    parts = environment(env, task_args)
     output = Path(output_dir) if output_dir is not None else _default_output(parts.name)
-    config = configure(target=parts.target, output=str(output), **settings)
+    config = configure(target=parts.target, output=str(output), task_args=task_args, **settings)
     kind = kind_of(parts.taskset)
     check(kind, config, resume)
     if dask is not None:
@@ -199,7 +209,7 @@ def _setup(
 
 
 @asynccontextmanager
-async def _showing(shown: Display | None, tally: Tally) -> AsyncIterator[None]:
+async def _showing(shown: Display | None, tally: RunTally) -> AsyncIterator[None]:
     """Run the display's progress task around the block."""
     if shown is None:
         yield
@@ -238,7 +248,7 @@ def _slot_label(item: object) -> str | None:
     return f"{item.task_id} #{item.rollout}" if isinstance(item, Slot) else None
 
 
-def _name_error(row: Row, tally: Tally) -> None:
+def _name_error(row: RolloutRow, tally: RunTally) -> None:
     if tally.errors <= FIRST_ERRORS:
         tried = f" after {row.attempts} attempts" if row.attempts > 1 else ""
         logger.warning(
@@ -251,7 +261,7 @@ async def _run_slots(
     rollouts: Rollouts,
     config: EvalConfig,
     log: RunLog,
-    tally: Tally,
+    tally: RunTally,
     trace: Recorder | None,
 ) -> tuple[StopReason, str | None]:
     budget = ErrorBudget.parse(config.fail_on_error)
@@ -319,7 +329,7 @@ def _stopped(
     return stop, error
 
 
-def _conclude(shown: Display | None, record: RunRecord, setup: _Setup, tally: Tally) -> None:
+def _conclude(shown: Display | None, record: RunRecord, setup: _Setup, tally: RunTally) -> None:
     """Count the errors not named, and show the summary."""
     more = tally.errors - FIRST_ERRORS
     if more > 0:
@@ -333,7 +343,7 @@ def _conclude(shown: Display | None, record: RunRecord, setup: _Setup, tally: Ta
         shown.summary(_summary(record, setup, tally))
 
 
-def _summary(record: RunRecord, setup: _Setup, tally: Tally) -> Summary:
+def _summary(record: RunRecord, setup: _Setup, tally: RunTally) -> Summary:
     assert record.stop_reason is not None and record.passed is not None
     resumable = record.config.target is not None and setup.kind.resumable
     return Summary(
@@ -345,6 +355,8 @@ def _summary(record: RunRecord, setup: _Setup, tally: Tally) -> Summary:
         output=record.config.output,
         elapsed=trio.current_time() - tally.started,
         abandoned=tuple(tally.abandoned_names),
+        score_stats=record.score_stats,
+        reduced=record.reduced,
         resume=resume_command(record.config.output)
         if resumable and record.stop_reason != "completed"
         else None,
@@ -358,10 +370,10 @@ async def _session(
     signals: bool,
     trace: Recorder | Literal[True] | None,
     dask: str | DaskBridge | None,
-) -> tuple[RunRecord, Tally]:
+) -> tuple[RunRecord, RunTally]:
     """Plan and run the rollouts, then write the final ``run.json``; returns it and the tally."""
     config = setup.config
-    tally = Tally(concurrency=config.concurrency, started=trio.current_time())
+    tally = RunTally(concurrency=config.concurrency, started=trio.current_time())
     drain = drain if drain is not None else Drain()
     # The first signal stops waiting for a load() still reading; the second
     # cancels the rollouts in flight.
@@ -404,7 +416,8 @@ async def _session(
             # Written however the session ends, a KeyboardInterrupt or an
             # outside cancellation included: run.json never stays unfinished.
             stop, error = _stopped(stop, error, drain, cancel)
-            record = log.close(end(log.record, stop, error, tally))
+            tasks = tally.task_rows(config.reduce, config.pass_threshold) if config.reduce else None
+            record = log.close(end(log.record, stop, error, tally, tasks or ()), tasks)
     return record, tally
 
 
@@ -422,6 +435,9 @@ async def evaluate(
     timeout: float | None = None,  # noqa: ASYNC109 - per attempt, not for this call
     fail_on_error: int | float | str = 0,
     min_score: float | Mapping[str, float] | None = None,
+    reduce: Iterable[str] = (),
+    pass_threshold: float = 1.0,
+    task_args: Mapping[str, Any] | None = None,
     output_dir: str | os.PathLike[str] | None = None,
     resume: bool = False,
     display: str = "none",
@@ -457,7 +473,17 @@ async def evaluate(
         fail_on_error: Error rows that fail the run: a count ``N`` (fails at
             the ``N``-th; 0 and 1 at the first) or a fraction in (0, 1).
         min_score: The lowest mean score that passes: a number for every
-            score, or a mapping of score names (``"*"`` for every score).
+            score, or a mapping of score names (``"*"`` for every score) or
+            reduced score names (``"pass_at_1"``).
+        reduce: Reducers over each task's rollouts (``"mean"``, ``"max"``,
+            ``"min"``, ``"median"``, ``"mode"``, ``"pass_at_K"``,
+            ``"at_least_K"``): their per-task values go to ``tasks.jsonl``,
+            their statistics to ``run.json`` and the report's ``reduced``.
+        pass_threshold: The score at which a rollout counts as correct for
+            ``pass_at_K`` and ``at_least_K``.
+        task_args: Keyword arguments for the environment's factory (``-T``);
+            JSON values, recorded in ``run.json`` and used again by a resume
+            (None: the recorded ones on a resume, else none).
         output_dir: Where the files go (default ``runs/<UTC time>-<name>``).
         resume: Continue the run in ``output_dir``: skip rollouts already ok.
         display: ``"rich"``, ``"plain"`` or ``"none"``.
@@ -501,6 +527,9 @@ async def evaluate(
         timeout=timeout,
         fail_on_error=fail_on_error,
         min_score=min_score,
+        reduce=reduce,
+        pass_threshold=pass_threshold,
+        task_args=task_args,
     )
     try:
         record, tally = await _session(setup, shown, drain, signals, trace, dask)

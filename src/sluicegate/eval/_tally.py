@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
 import attrs
 
-from ._records import Counts, Row
+from ._records import Counts, RolloutRow, TaskRow
+from ._reduce import reduce_values, reduced_name
+from ._score import SCORE, score_items
+from ._stats import ScoreStats, stats_of
 
-__all__ = ["NAMED", "Tally"]
-
-# The key a plain float score is averaged under.
-SCORE = "score"
+__all__ = ["NAMED", "RunTally"]
 
 # How many abandoned rollouts the summary names one by one.
 NAMED = 5
 
 
 @attrs.define
-class Tally:
+class RunTally:
     """Mutable counters of one run; cheap enough to update on every row.
 
     Attributes:
@@ -56,29 +56,26 @@ class Tally:
     # still have a finite mean, and run.json must hold it.
     _sums: dict[str, Fraction] = attrs.Factory(dict)
     _counts: dict[str, int] = attrs.Factory(dict)
+    # Each score's values by task, for the statistics and the reducers.
+    _values: dict[str, dict[str, list[float]]] = attrs.Factory(dict)
 
     @property
     def finished(self) -> int:
         """Rollouts with a row (ok or error), resumed ones included."""
         return self.ok + self.errors
 
-    def add(self, row: Row) -> None:
+    def add(self, row: RolloutRow) -> None:
         """Count a finished rollout."""
         if row.status != "ok":
             self.errors += 1
             return
         self.ok += 1
-        score = row.score
-        if score is None:
-            return
-        items: Iterable[tuple[str, float]] = (
-            score.items() if isinstance(score, Mapping) else ((SCORE, score),)
-        )
-        for key, value in items:
+        for key, value in score_items(row.score):
             self._sums[key] = self._sums.get(key, Fraction(0)) + Fraction(value)
             self._counts[key] = self._counts.get(key, 0) + 1
+            self._values.setdefault(key, {}).setdefault(row.task_id, []).append(value)
 
-    def add_resumed(self, rows: Iterable[Row]) -> None:
+    def add_resumed(self, rows: Iterable[RolloutRow]) -> None:
         """Count the ok rows an earlier session left (they are not re-run)."""
         for row in rows:
             self.add(row)
@@ -97,6 +94,29 @@ class Tally:
         the scores are, however large their sum.
         """
         return {key: float(self._sums[key] / self._counts[key]) for key in sorted(self._sums)}
+
+    def score_stats(self) -> dict[str, ScoreStats]:
+        """Each score's statistics (see ``docs/eval.md``, "Statistics")."""
+        found = {key: stats_of(self._values[key]) for key in sorted(self._values)}
+        return {key: stats for key, stats in found.items() if stats is not None}
+
+    def task_rows(self, reducers: Sequence[str], threshold: float) -> list[TaskRow]:
+        """One :class:`TaskRow` per task with a scored ok rollout, in task-id order."""
+        tasks = sorted({task for groups in self._values.values() for task in groups})
+        rows = []
+        for task in tasks:
+            reduced: dict[str, float | None] = {}
+            rollouts = 0
+            for key in sorted(self._values):
+                values = self._values[key].get(task)
+                if not values:
+                    continue
+                rollouts = max(rollouts, len(values))
+                for reducer in reducers:
+                    name = reduced_name(key, reducer, SCORE)
+                    reduced[name] = reduce_values(reducer, values, threshold)
+            rows.append(TaskRow(task_id=task, rollouts=rollouts, reduced=reduced))
+        return rows
 
     def counts(self) -> Counts:
         """The counts for ``run.json``."""

@@ -13,7 +13,7 @@ import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import ModuleType
@@ -48,14 +48,15 @@ class Environment(Protocol):
 
     Three members are optional, and found by name when present:
 
-    * ``score(task, result)``: a ``float`` or a mapping of names to floats
-      (finite numbers), plain or ``async``; its means make the run's scores.
+    * ``score(task, result)``: a ``float``, a mapping of names to floats
+      (finite numbers), or a :class:`~sluicegate.eval.Score` carrying either
+      with an explanation; plain or ``async``; its means make the run's scores.
     * ``serving()``: an async context manager held open around all the
       rollouts (a model server, a connection pool).
     * ``name``: a short string for the output directory and the display.
 
-    A class or a zero-argument function returning such an object is
-    accepted too: it is called once.
+    A class or a function returning such an object is accepted too: it is
+    called once, with the ``-T`` arguments (``task_args``) as keywords.
     """
 
     taskset: Taskset[Any] | SampleSource[Any, Any]
@@ -73,7 +74,7 @@ class Parts:
         name: A short name for the output directory and the display.
         taskset: A :class:`~sluicegate.Taskset` or a :class:`~sluicegate.SampleSource`.
         run: ``async run(task) -> result``.
-        score: Optional ``score(task, result) -> float | Mapping[str, float]``
+        score: Optional ``score(task, result) -> float | Mapping[str, float] | Score``
             (it may be async).
         serving: Optional zero-argument callable returning an async context
             manager, held open for the whole run.
@@ -88,21 +89,50 @@ class Parts:
     target: str | None = None
 
 
-def _made(factory: Any, name: str) -> object:
-    """Call a zero-argument factory of an environment.
+def _refuse_unknown(factory: Any, name: str, kwargs: Mapping[str, Any]) -> None:
+    """Refuse ``-T`` names the factory does not take, naming the first.
 
     Raises:
-        UsageError: ``factory`` needs arguments, raised, or called ``sys.exit()``.
+        UsageError: for a name the factory's signature has no keyword for.
+    """
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return  # no signature to read (some builtins): calling it will tell
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return
+    takes = {
+        parameter.name
+        for parameter in parameters
+        if parameter.kind
+        in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    for key in kwargs:
+        if key not in takes:
+            offered = ", ".join(sorted(takes)) or "none"
+            raise UsageError(
+                f"-T {key}=...: {name} does not take an argument {key!r} (it takes: {offered})"
+            )
+
+
+def _made(factory: Any, name: str, kwargs: Mapping[str, Any]) -> object:
+    """Call a factory of an environment with the ``-T`` arguments.
+
+    Raises:
+        UsageError: ``factory`` does not take an argument given, needs
+            others, raised, or called ``sys.exit()``.
     """
     called = f"{name}: {getattr(factory, '__qualname__', factory)!s}()"
+    _refuse_unknown(factory, name, kwargs)
     try:
-        inspect.signature(factory).bind()
+        inspect.signature(factory).bind(**kwargs)
     except TypeError as exc:
-        raise UsageError(f"{name} is callable but not a zero-argument factory: {exc}") from None
+        what = "with the -T arguments given" if kwargs else "a zero-argument factory"
+        raise UsageError(f"{name} is callable but not {what}: {exc}") from None
     except ValueError:
         pass  # no signature to read (some builtins): calling it will tell
     try:
-        return factory()
+        return factory(**kwargs)
     except SystemExit as exc:
         raise UsageError(
             f"{called} called sys.exit({exc.code!r}); an environment factory must return "
@@ -112,7 +142,12 @@ def _made(factory: Any, name: str) -> object:
         raise UsageError(f"{called} raised {type(exc).__name__}: {exc}") from exc
 
 
-def as_parts(obj: object, name: str, target: str | None = None) -> Parts:
+def as_parts(
+    obj: object,
+    name: str,
+    target: str | None = None,
+    task_args: Mapping[str, Any] | None = None,
+) -> Parts:
     """Check that ``obj`` keeps the :class:`Environment` contract and take it apart.
 
     Args:
@@ -120,14 +155,22 @@ def as_parts(obj: object, name: str, target: str | None = None) -> Parts:
             function) returning one.
         name: The fallback name, used unless ``obj`` has a string ``name``.
         target: The ``TARGET`` it came from, if any.
+        task_args: Keyword arguments for a factory (``-T``).
 
     Raises:
         UsageError: naming what is missing or of the wrong kind (a ``run``
-            that is not ``async`` included), or a factory that needs
-            arguments, raises or calls ``sys.exit()``.
+            that is not ``async`` included), a factory that does not take
+            a ``-T`` argument, needs others, raises or calls ``sys.exit()``,
+            or ``-T`` arguments for an object that is not a factory.
     """
+    kwargs = dict(task_args or {})
     if inspect.isclass(obj) or (callable(obj) and not hasattr(obj, "taskset")):
-        obj = _made(obj, name)
+        obj = _made(obj, name, kwargs)
+    elif kwargs:
+        raise UsageError(
+            f"-T {next(iter(kwargs))}=...: {name} is an environment object, not a factory, "
+            f"so it takes no arguments; point TARGET at a class or function that builds it"
+        )
     missing = [attr for attr in ("taskset", "run") if getattr(obj, attr, None) is None]
     if missing:
         raise UsageError(
@@ -165,8 +208,12 @@ def as_parts(obj: object, name: str, target: str | None = None) -> Parts:
     )
 
 
-def environment(env: object) -> Parts:
+def environment(env: object, task_args: Mapping[str, Any] | None = None) -> Parts:
     """Resolve what :func:`~sluicegate.eval.evaluate` was given: an object or a ``TARGET``.
+
+    Args:
+        env: The environment, a factory of one, or a ``TARGET`` string.
+        task_args: Keyword arguments for a factory (``-T``).
 
     Raises:
         UsageError: see :func:`resolve_target` and :func:`as_parts`.
@@ -174,10 +221,10 @@ def environment(env: object) -> Parts:
     if isinstance(env, Parts):
         return env
     if isinstance(env, str):
-        return resolve_target(env)
+        return resolve_target(env, task_args)
     named = inspect.isclass(env) or inspect.isfunction(env)
     name: str = env.__name__ if named else type(env).__name__  # type: ignore[attr-defined]
-    return as_parts(env, name.lower())
+    return as_parts(env, name.lower(), task_args=task_args)
 
 
 def _is_file(where: str) -> bool:
@@ -197,7 +244,7 @@ def canonical_target(target: str) -> str:
     return target if path is None else f"{path.resolve()}:{target.rpartition(':')[2]}"
 
 
-def resolve_target(target: str) -> Parts:
+def resolve_target(target: str, task_args: Mapping[str, Any] | None = None) -> Parts:
     """Import ``target`` and return the environment it names.
 
     ``path/to/file.py:NAME`` loads the file as a module (its directory goes on
@@ -224,7 +271,7 @@ def resolve_target(target: str) -> Parts:
         obj = getattr(module, attr)
     except AttributeError:
         raise UsageError(f"{target}: {where} has no attribute {attr!r}") from None
-    return as_parts(obj, stem if stem != "__main__" else attr, canonical_target(target))
+    return as_parts(obj, stem if stem != "__main__" else attr, canonical_target(target), task_args)
 
 
 def _exited(what: str, exc: SystemExit) -> UsageError:

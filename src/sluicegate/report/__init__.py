@@ -1,4 +1,4 @@
-"""Looking at a run: a timeline image, a self-contained HTML report, and anomalies.
+"""Looking at a run: a timeline image, a self-contained HTML report (or two runs compared).
 
 ``sluicegate plot`` and ``sluicegate report`` are thin over these functions,
 and ``sluicegate trace`` over :meth:`sluicegate.Timeline.read`; see
@@ -7,9 +7,10 @@ docs/observe.md. A run is recorded with a :class:`~sluicegate.Timeline`
 """
 
 from .. import _util
+from ._compare import write_comparison
 from ._html import write_report
 from ._plot import PlotUnavailable, plot
 
-__all__ = ["PlotUnavailable", "plot", "write_report"]
+__all__ = ["PlotUnavailable", "plot", "write_comparison", "write_report"]
 
 _util.fixup_module_metadata(__name__, globals())

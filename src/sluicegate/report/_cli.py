@@ -39,14 +39,27 @@ def register(commands: Any) -> None:
 
     report = commands.add_parser(
         "report",
-        help="write a self-contained HTML report of a run",
-        description="Write RUN_DIR/report.html: the run's summary, its timeline (when it "
-        "was recorded with --trace), the score distribution and a table of rollouts that "
-        "filters by status and searches by task id. One file, no network: open it in any "
-        "browser.",
+        help="write a self-contained HTML report of a run, or of two runs compared",
+        description="Write RUN_DIR/report.html: the run's summary and configuration, its "
+        "timeline (when it was recorded with --trace), the score distributions, the "
+        "per-task reduced scores and a table of rollouts that sorts, filters and opens to "
+        "each whole sample. Given two run directories, write one page comparing them "
+        "(RUN_B against the baseline RUN_A) to RUN_B/compare.html. One file, no network: "
+        "open it in any browser.",
     )
-    report.add_argument("directory", metavar="RUN_DIR", help="an evaluation's output directory")
-    report.add_argument("-o", "--output", metavar="FILE", help="default RUN_DIR/report.html")
+    report.add_argument(
+        "directory",
+        metavar="RUN_DIR",
+        nargs="+",
+        help="an evaluation's output directory; two to compare them (A, then B)",
+    )
+    report.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="the page to write (report.html or compare.html inside it when it is a "
+        "directory); default RUN_DIR/report.html, or RUN_B/compare.html for two runs",
+    )
     report.set_defaults(handler=_report)
 
     trace = commands.add_parser(
@@ -91,13 +104,21 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from ._html import write_report
-
+    directories = args.directory
+    if len(directories) > 2:
+        return _fail("report", f"give one run directory, or two to compare; got {len(directories)}")
     with messages("sluicegate report"):
         try:
-            written = write_report(args.directory, args.output)
+            if len(directories) == 2:
+                from ._compare import write_comparison
+
+                written = write_comparison(directories[0], directories[1], args.output)
+            else:
+                from ._html import write_report
+
+                written = write_report(directories[0], args.output)
         except (OSError, ValueError) as exc:
-            return _fail("report", _reason(exc, Path(args.directory)))
+            return _fail("report", _reason(exc, Path(directories[-1])))
     print(f"wrote {written}")
     return 0
 

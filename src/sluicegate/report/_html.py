@@ -1,233 +1,353 @@
 """``sluicegate report``: one self-contained HTML page about a run.
 
 Everything is inline (CSS, script, SVG): the page opens from disk, offline,
-in any browser. Every piece of user text (task ids, error messages,
-tracebacks, labels, score names) goes through :func:`html.escape`, and the
-script reads it back only as text, never as markup.
+in any browser. The summary, the configuration and the pictures are HTML
+written here; the rollouts are data, embedded once as JSON in
+``<script type="application/json">`` elements, that the page's script turns
+into rows as they scroll into view, so a run of 100,000 rollouts paints as
+fast as one of a hundred. Each rollout's whole sample (input, target,
+result, explanation, every attempt's traceback) sits in a block of its own,
+parsed only when one of its rows is opened.
 
-The rollout table is rendered here rather than by the script, so the page
-shows everything even with scripting off; the script only hides rows for the
-status filter and the task-id search.
+Every piece of user text goes through :mod:`._text` first: made inert
+(characters that could reorder the page or cannot be written become visible
+``\\uXXXX``), then escaped for HTML or embedded as JSON that cannot end its
+element. The script puts it back only as text, never as markup.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from html import escape
+from importlib import resources
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from .._trace import Timeline
 from .._util import write_atomically
 from .._version import __version__
+from ..eval._records import FieldEncoding
+from ..eval._score import ScoreValue, score_items
+from ..eval._stats import ScoreStats, exact_mean, stats_of
 from ._layout import COLOURS, MARKS
 from ._run import Rollout, RunView, read_run
 from ._svg import histograms_svg, timeline_svg
+from ._text import embed_json, html_text, inert
 
-__all__ = ["REPORT", "write_report"]
+__all__ = [
+    "CHUNK",
+    "FIELDS",
+    "REPORT",
+    "check_folder",
+    "finite",
+    "page",
+    "sample_block",
+    "sample_of",
+    "score_text",
+    "where",
+    "write_report",
+]
 
 REPORT: Final = "report.html"
-# An error message longer than this is cut in the table's summary line (the
-# whole of it is in the expanded part).
-_SHORT: Final = 160
-# Rows per chunk of the rollout table (see the CSS).
-_CHUNK: Final = 200
+# Rollouts per block of embedded samples: opening a row parses one block.
+CHUNK: Final = 500
+# An error in the table's row is cut to this many characters (the whole of
+# it, and the traceback, are in the opened row); the error-text filter
+# searches this much.
+_ERROR_HEAD: Final = 400
+# The fields of a row shown when it is opened, in this order: the samples
+# name each by its place here (the page gets the list once).
+FIELDS: Final = ("input", "system prompt", "target", "result", "metadata", "score metadata")
+_RESULT: Final = FIELDS.index("result")
+# Their names in a row (and in its encoding object).
+_NAMES: Final = tuple(name.replace(" ", "_") for name in FIELDS)
 
-_CSS: Final = """
-:root { --ok: %(ok)s; --error: %(error)s; --cancelled: %(cancelled)s;
-  --unfinished: %(unfinished)s; --line: #ddd; --muted: #666; }
-* { box-sizing: border-box; }
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0;
-  color: #222; background: #fff; }
-header { padding: 16px 24px 8px; border-bottom: 1px solid var(--line); }
-header h1 { font-size: 20px; margin: 0 0 4px; overflow-wrap: anywhere; }
-main { padding: 8px 24px 40px; max-width: 1280px; }
-h2 { font-size: 16px; margin: 24px 0 8px; }
-.muted { color: var(--muted); }
-.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-weight: 600;
-  font-size: 12px; color: #fff; background: var(--muted); vertical-align: 2px; }
-.badge.pass { background: var(--ok); } .badge.fail { background: var(--error); }
-.cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 8px 0; }
-.card { border: 1px solid var(--line); border-radius: 6px; padding: 8px 14px; min-width: 110px; }
-.card b { display: block; font-size: 20px; }
-.card span { color: var(--muted); font-size: 12px; }
-table.kv td { padding: 2px 14px 2px 0; vertical-align: top; overflow-wrap: anywhere; }
-table.kv td:first-child { color: var(--muted); white-space: nowrap; }
-svg.timeline { width: 100%%; height: auto; max-width: 1100px; display: block; }
-svg .lbl { font-size: 11px; fill: #555; }
-.legend { display: flex; flex-wrap: wrap; gap: 14px; font-size: 12px; margin: 4px 0; }
-.legend i { display: inline-block; width: 12px; height: 12px; border-radius: 2px;
-  vertical-align: -2px; margin-right: 4px; }
-.legend i.line { height: 0; border-top: 2px solid; border-radius: 0; vertical-align: 3px; }
-.hists { display: flex; flex-wrap: wrap; gap: 16px; }
-figure.hist { margin: 0; width: 290px; } figure.hist svg { width: 100%%; }
-figure.hist figcaption { font-size: 12px; color: var(--muted); overflow-wrap: anywhere; }
-.controls { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin: 8px 0;
-  position: sticky; top: 0; background: #fff; padding: 6px 0; z-index: 1; }
-.controls button { font: inherit; padding: 3px 12px; border: 1px solid #bbb; background: #f7f7f7;
-  border-radius: 14px; cursor: pointer; }
-.controls button[aria-pressed="true"] { background: #333; color: #fff; border-color: #333; }
-.controls input { font: inherit; padding: 3px 8px; min-width: 260px; border: 1px solid #bbb;
-  border-radius: 4px; }
-/* Rows are grids, not table rows, in chunks the browser skips laying out
-   while they are off screen (content-visibility): 10,000 rows stay fast. */
-.rollouts .r, .rollouts .rh { display: grid; grid-template-columns: minmax(0, 22fr)
-  minmax(0, 7fr) minmax(0, 8fr) minmax(0, 12fr) minmax(0, 8fr) minmax(0, 9fr) minmax(0, 34fr); }
-.rollouts .chunk { content-visibility: auto; contain-intrinsic-size: auto 6000px; }
-.rollouts .r[hidden], .rollouts .chunk[hidden] { display: none; }
-.rollouts .rh { background: #fafafa; font-weight: 600; }
-.rollouts .r > *, .rollouts .rh > * { border-bottom: 1px solid var(--line); padding: 4px 8px;
-  overflow-wrap: anywhere; }
-.rollouts .num { text-align: right; font-variant-numeric: tabular-nums; }
-.st { font-weight: 600; } .st.ok { color: var(--ok); } .st.error { color: var(--error); }
-details summary { cursor: pointer; }
-details pre, .err pre { margin: 6px 0 2px; padding: 8px; background: #f6f6f6; border-radius: 4px;
-  overflow: auto; max-height: 420px; white-space: pre; font-size: 12px; }
-.empty { padding: 16px; color: var(--muted); }
-footer { color: var(--muted); font-size: 12px; padding: 12px 24px; }
-"""
-
-_SCRIPT: Final = """
-(function () {
-  "use strict";
-  var table = document.getElementById("rollouts");
-  if (!table) { return; }
-  // Rows come in chunks that the browser leaves unrendered off screen; each
-  // chunk is given the height its shown rows will take (about 30 px each).
-  var chunks = Array.prototype.slice.call(table.querySelectorAll(".chunk"));
-  var rows = [], chunkOf = [];
-  chunks.forEach(function (chunk, number) {
-    for (var row = chunk.firstElementChild; row; row = row.nextElementSibling) {
-      rows.push(row);
-      chunkOf.push(number);
-    }
-  });
-  var statuses = rows.map(function (row) { return row.getAttribute("data-status"); });
-  var ids = rows.map(function (row) { return row.getAttribute("data-task").toLowerCase(); });
-  var buttons = Array.prototype.slice.call(document.querySelectorAll("[data-filter]"));
-  var search = document.getElementById("search");
-  var shown = document.getElementById("shown");
-  var none = document.getElementById("none");
-  var status = "all";
-  function apply() {
-    var query = search.value.trim().toLowerCase();
-    var count = 0;
-    var perChunk = chunks.map(function () { return 0; });
-    for (var i = 0; i < rows.length; i++) {
-      var show = (status === "all" || statuses[i] === status) &&
-        (query === "" || ids[i].indexOf(query) !== -1);
-      if (rows[i].hidden === show) { rows[i].hidden = !show; }
-      if (show) { count++; perChunk[chunkOf[i]]++; }
-    }
-    chunks.forEach(function (chunk, number) {
-      chunk.hidden = perChunk[number] === 0;
-      chunk.style.containIntrinsicSize = perChunk[number] * 30 + "px";
-    });
-    shown.textContent = count + " of " + rows.length + " rollouts";
-    none.hidden = count !== 0;
-  }
-  buttons.forEach(function (button) {
-    button.addEventListener("click", function () {
-      status = button.getAttribute("data-filter");
-      buttons.forEach(function (other) {
-        other.setAttribute("aria-pressed", String(other === button));
-      });
-      apply();
-    });
-  });
-  var timer = 0;
-  search.addEventListener("input", function () {
-    clearTimeout(timer);
-    timer = setTimeout(apply, rows.length > 2000 ? 120 : 0);
-  });
-  apply();
-})();
-"""
+_text = html_text
 
 
-def _text(value: object) -> str:
-    return escape(str(value), quote=True)
+def _asset(name: str) -> str:
+    return (resources.files(__package__) / "_assets" / name).read_text(encoding="utf-8")
 
 
-def _score(score: object) -> str:
-    if score is None:
-        return ""
-    if isinstance(score, dict):
-        return ", ".join(f"{name}={value:.4g}" for name, value in score.items())
-    assert isinstance(score, float)
-    return f"{score:.4g}"
+def page(
+    title: str, header: str, body: str, *, data: Iterable[str] = (), late: Iterable[str] = ()
+) -> str:
+    """A whole page: ``<head>`` with the shared CSS, ``header``, ``body``, data, script, ``late``.
+
+    ``title`` is plain text; ``header`` and ``body`` are HTML whose user
+    text is already escaped; ``data`` and ``late`` are ``<script
+    type="application/json">`` elements, the first read as the script
+    starts, the second (the samples, most of a large page) after it: the
+    script draws the first rows while the browser still reads them.
+    """
+    colours = "".join(f"--{name}: {colour}; " for name, colour in COLOURS.items())
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return "".join(
+        [
+            "<!DOCTYPE html>\n"
+            '<html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            # No request leaves the page, whatever a run's text holds.
+            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+            "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
+            f"<title>{_text(title)} · sluicegate report</title>"
+            f"<style>:root {{ {colours}}}\n{_asset('report.css')}</style></head><body>",
+            f"<header>{header}</header><main>{body}</main>",
+            f"<footer>sluicegate {_text(__version__)} · generated {generated}</footer>",
+            *data,
+            f"<script>{_asset('report.js')}</script>",
+            *late,
+            "</body></html>\n",
+        ]
+    )
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    if seconds < 10:
-        return f"{seconds:.3g} s"
-    return f"{seconds:,.1f} s"
+def check_folder(path: Path) -> None:
+    """Refuse, before any work, a page to be written into a folder that does not exist.
 
-
-def _error_cell(rollout: Rollout) -> str:
-    error = rollout.error
-    if error is None:
-        return ""
-    head = f"{error.type}: {error.message}" if error.message else error.type
-    short = head if len(head) <= _SHORT else head[: _SHORT - 1] + "…"
-    if error.traceback:
-        body = error.traceback
-    elif len(head) > _SHORT or "\n" in head:
-        body = head
-    else:
-        return f'<span class="err">{_text(head)}</span>'
-    return f"<details><summary>{_text(short)}</summary><pre>{_text(body)}</pre></details>"
-
-
-def _rows(rollouts: Iterable[Rollout]) -> Iterable[str]:
-    for rollout in rollouts:
-        status = _text(rollout.status)
-        task = _text(rollout.task_id)
-        yield (
-            f'<div class="r" role="row" data-status="{status}" data-task="{task}">'
-            f'<div role="cell">{task}</div>'
-            f'<div role="cell" class="num">{rollout.rollout}</div>'
-            f'<div role="cell" class="st {status}">{status}</div>'
-            f'<div role="cell">{_text(_score(rollout.score))}</div>'
-            f'<div role="cell" class="num">{rollout.attempts}</div>'
-            f'<div role="cell" class="num">{_duration(rollout.duration_s)}</div>'
-            f'<div role="cell">{_error_cell(rollout)}</div></div>\n'
+    Raises:
+        FileNotFoundError: naming the folder (writing would name a hidden
+            ``.partial`` file of its own instead).
+    """
+    folder = path.parent
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"cannot write {path}: the folder {folder} does not exist (create it first)"
         )
 
 
-def _chunks(rows: Iterable[str], size: int = _CHUNK) -> Iterable[str]:
-    """``rows`` in groups the browser can leave unrendered while off screen."""
-    batch: list[str] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) == size:
-            yield f'<div class="chunk">{"".join(batch)}</div>'
-            batch = []
-    if batch:
-        yield f'<div class="chunk">{"".join(batch)}</div>'
+def _json_block(element_id: str, data: Any) -> str:
+    return f'<script type="application/json" id="{element_id}">{embed_json(data)}</script>'
 
 
-def _card(value: object, what: str) -> str:
-    return f'<div class="card"><b>{_text(value)}</b><span>{_text(what)}</span></div>'
+# -- numbers as text -------------------------------------------------------------------
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def score_text(score: ScoreValue) -> str:
+    """A row's score as its cell shows it: ``0.75``, or ``exact=1, f1=0.5``."""
+    if score is None:
+        return ""
+    if isinstance(score, Mapping):
+        return ", ".join(f"{name}={_number(value)}" for name, value in score.items())
+    return _number(score)
+
+
+def finite(value: object) -> float | None:
+    """``value`` as a float when it is a finite number, else None (JSON has no NaN)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+# -- the rollouts as data --------------------------------------------------------------
+
+
+def _note(encoding: FieldEncoding | None) -> str:
+    """How a field was written, when not as its plain JSON value, as a short phrase."""
+    if encoding is None:
+        return ""
+    what = "its repr()" if encoding.repr else "its JSON text"
+    if encoding.truncated:
+        return f"{what}, cut: the whole was {encoding.length:,} characters"
+    return what
+
+
+def _errors(rollout: Rollout) -> list[list[str | None]]:
+    every = [*rollout.earlier_errors, rollout.error]
+    return [[error.type, error.message, error.traceback] for error in every if error is not None]
+
+
+def sample_of(rollout: Rollout, slot: str | None) -> list[Any]:
+    """What an opened row shows beyond its cells: ``[fields, explanation, errors, started, slot]``.
+
+    Each field is ``[place in FIELDS, value]``, and a note when the value
+    was not written as itself (a repr, or cut): a string is shown as it is,
+    anything else as indented JSON. The strings are made inert with the
+    whole block (:func:`embed_json`).
+    """
+    encoding = rollout.encoding
+    values = (
+        rollout.input,
+        rollout.system_prompt,
+        rollout.target,
+        rollout.result,
+        rollout.metadata,
+        rollout.score_metadata,
+    )
+    fields: list[list[Any]] = []
+    for place, value in enumerate(values):
+        if value is None and not (place == _RESULT and rollout.status == "ok"):
+            continue
+        note = _note(encoding.get(_NAMES[place])) if encoding else ""
+        fields.append([place, value, note] if note else [place, value])
+    explanation = rollout.explanation
+    return [
+        fields,
+        None if explanation is None else str(explanation),
+        _errors(rollout) if rollout.error is not None or rollout.earlier_errors else [],
+        rollout.started_at,
+        slot,
+    ]
+
+
+def sample_block(element_id: str, block: list[list[Any]]) -> str:
+    """A ``<script type="application/json">`` element of samples (:func:`sample_of`'s lists)."""
+    try:
+        return _json_block(element_id, block)
+    except ValueError:
+        # A value JSON cannot hold (NaN in a hand-edited row): shown as its repr.
+        for sample in block:
+            for field in sample[0]:
+                if not isinstance(field[1], str):
+                    field[1] = repr(field[1])
+        return _json_block(element_id, block)
+
+
+def _slots(timelines: Sequence[Timeline] | None) -> tuple[dict[str, str], Counter[str]]:
+    """The slot each labelled run ran in, by label (its latest session's when run again).
+
+    And the runs counted by outcome (one pass: ``spans`` is built on each call).
+    """
+    slots: dict[str, str] = {}
+    outcomes: Counter[str] = Counter()
+    if not timelines:
+        return slots, outcomes
+    several = len(timelines) > 1
+    for session, timeline in enumerate(timelines, 1):
+        spans = timeline.spans
+        outcomes.update(span.outcome for span in spans)
+        for span in spans:
+            if span.label is not None and span.slot is not None:
+                where = f"slot {span.slot}"
+                slots[span.label] = f"{where} of session {session}" if several else where
+    return slots, outcomes
+
+
+def _rows_data(run: RunView, slots: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The table's columns (one list per column) and the blocks of samples."""
+    rollouts = run.rollouts
+    names: dict[str, None] = {}
+    for rollout in rollouts:
+        score = rollout.score
+        if isinstance(score, dict):
+            names.update(dict.fromkeys(score))
+        elif score is not None:
+            names["score"] = None
+    scores: dict[str, list[float | None]] = {name: [] for name in names}
+    task, number, status, attempts, duration, errors, shown = [], [], [], [], [], [], []
+    blocks: list[str] = []
+    block: list[list[Any]] = []
+    for rollout in rollouts:
+        task.append(rollout.task_id)
+        number.append(rollout.rollout)
+        status.append(rollout.status)
+        attempts.append(rollout.attempts)
+        duration.append(finite(rollout.duration_s))
+        error = rollout.error
+        if error is None:
+            errors.append("")
+        else:
+            head = f"{error.type}: {error.message}" if error.message else error.type
+            errors.append(head[:_ERROR_HEAD])
+        score = rollout.score
+        shown.append(score_text(score))
+        values = score if isinstance(score, dict) else {"score": score}
+        for name, column in scores.items():
+            column.append(finite(values.get(name)))
+        block.append(sample_of(rollout, slots.get(f"{rollout.task_id} #{rollout.rollout}")))
+        if len(block) == CHUNK:
+            blocks.append(sample_block(f"sample-{len(blocks)}", block))
+            block = []
+    if block:
+        blocks.append(sample_block(f"sample-{len(blocks)}", block))
+    data = {
+        "task": task,
+        "rollout": number,
+        "status": status,
+        "attempts": attempts,
+        "duration": duration,
+        "error": errors,
+        "score": shown,
+        "chunk": CHUNK,
+        "fields": FIELDS,
+        "scores": scores,
+    }
+    return data, blocks
+
+
+# -- the summary -----------------------------------------------------------------------
+
+
+def _card(value: object, what: str, detail: str = "") -> str:
+    more = f"<small>{_text(detail)}</small>" if detail else ""
+    return f'<div class="card"><b>{_text(value)}</b><span>{_text(what)}</span>{more}</div>'
+
+
+def _stats_card(name: str, stats: ScoreStats, unit: str) -> str:
+    detail = f"over {stats.n:,} {unit}"
+    if stats.clustered:
+        detail += f" of {stats.tasks:,} tasks"
+    if stats.ci95 is not None:
+        low, high = stats.ci95
+        detail = f"95% CI {_number(low)} to {_number(high)}, {detail}"
+    return _card(_number(stats.mean), f"mean {name}", detail)
+
+
+def _stats(by_task: Mapping[str, Sequence[float]]) -> ScoreStats | None:
+    try:
+        return stats_of(by_task)
+    except OverflowError:
+        # The spread of finite scores near the float limit (+-1.5e308) has no
+        # float: the mean alone is still worth showing.
+        values = [value for group in by_task.values() for value in group]
+        return ScoreStats(mean=exact_mean(values), n=len(values), tasks=len(by_task))
+
+
+def _score_cards(run: RunView) -> list[str]:
+    """Each score's mean with its 95% interval over the rows (docs/eval.md, "Statistics").
+
+    ``run.json``'s statistics when they are over the same rows; computed
+    from the rows when it has none (a run a kill stopped before it wrote
+    its summary gets the same cards as a finished one) or they are of fewer
+    rows (a resumed session still running).
+    """
+    groups: dict[str, dict[str, list[float]]] = {}
+    for rollout in run.rollouts:
+        if rollout.status != "ok":
+            continue
+        for name, value in score_items(rollout.score):
+            if math.isfinite(value):
+                groups.setdefault(name, {}).setdefault(rollout.task_id, []).append(value)
+    recorded = run.summary.score_stats if run.summary is not None else {}
+    cards = []
+    for name, by_task in groups.items():
+        stats = recorded.get(name)
+        if stats is None or stats.n != sum(len(values) for values in by_task.values()):
+            # Exact arithmetic: a second or so per 100,000 rows.
+            stats = _stats(by_task)
+        if stats is not None:
+            cards.append(_stats_card(name, stats, "rollouts"))
+    return cards
 
 
 def _summary(run: RunView) -> str:
-    parts = []
     summary = run.summary
     statuses = Counter(rollout.status for rollout in run.rollouts)
-    cards = [_card(len(run.rollouts), "rollouts recorded")]
-    cards.extend(_card(count, status) for status, count in sorted(statuses.items()))
+    cards = [_card(f"{len(run.rollouts):,}", "rollouts recorded")]
+    cards.extend(_card(f"{count:,}", status) for status, count in sorted(statuses.items()))
     if summary is not None:
         for name in ("planned", "resumed", "abandoned", "cut_short"):
             if summary.counts.get(name):
-                cards.append(_card(summary.counts[name], name.replace("_", " ")))
-        cards.extend(_card(f"{mean:.4g}", f"mean {name}") for name, mean in summary.scores.items())
-    parts.append(f'<div class="cards">{"".join(cards)}</div>')
+                cards.append(_card(f"{summary.counts[name]:,}", name.replace("_", " ")))
+    cards.extend(_score_cards(run))
     facts: list[tuple[str, str]] = []
     if summary is not None:
         if summary.environment:
@@ -244,8 +364,8 @@ def _summary(run: RunView) -> str:
             facts.append(("started", summary.started_at))
         if summary.ended_at:
             facts.append(("ended", summary.ended_at))
-        if summary.concurrency is not None:
-            facts.append(("concurrency", str(summary.concurrency)))
+        if summary.version:
+            facts.append(("written by", f"sluicegate {summary.version}"))
     else:
         facts.append(("run.json", "missing or unreadable"))
     if run.skipped:
@@ -262,12 +382,70 @@ def _summary(run: RunView) -> str:
     if errors:
         common = errors.most_common(8)
         facts.append(("errors by type", ", ".join(f"{name} ({count})" for name, count in common)))
-    parts.append(
+    return f'<div class="cards">{"".join(cards)}</div>{_facts(facts)}'
+
+
+def _facts(facts: Iterable[tuple[str, str]]) -> str:
+    return (
         '<table class="kv">'
-        + "".join(f"<tr><td>{_text(key)}</td><td>{_text(value)}</td></tr>" for key, value in facts)
+        + "".join(f"<tr><th>{_text(key)}</th><td>{_text(value)}</td></tr>" for key, value in facts)
         + "</table>"
     )
-    return "".join(parts)
+
+
+def _setting(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=repr)
+
+
+def _configuration(run: RunView) -> str:
+    """Every setting ``run.json`` records, each ``-T`` argument on a line of its own."""
+    config = run.summary.config if run.summary is not None else {}
+    facts: list[tuple[str, str]] = []
+    for key, value in config.items():
+        if key == "task_args" and isinstance(value, Mapping) and value:
+            facts.extend((f"-T {name}", _setting(argument)) for name, argument in value.items())
+        else:
+            facts.append((str(key), _setting(value)))
+    if not facts:
+        return '<p class="muted">run.json records no configuration.</p>'
+    return _facts(facts)
+
+
+def _reduced(run: RunView) -> tuple[str, str | None]:
+    """The per-task reduced table's section and its data, when the run reduced."""
+    tasks = run.tasks
+    if not tasks:
+        return "", None
+    names: dict[str, None] = {}
+    for task in tasks:
+        names.update(dict.fromkeys(task.reduced))
+    rows = []
+    columns: dict[str, dict[str, list[float]]] = {name: {} for name in names}
+    for task in tasks:
+        values = [finite(task.reduced.get(name)) for name in names]
+        for name, value in zip(names, values, strict=True):
+            if value is not None:
+                columns[name][task.task_id] = [value]
+        rows.append([task.task_id, task.rollouts, *values])
+    recorded = run.summary.reduced if run.summary is not None else {}
+    cards = []
+    for name, by_task in columns.items():
+        stats = recorded.get(name)
+        if stats is None or stats.n != len(by_task):
+            stats = _stats(by_task)
+        if stats is not None:
+            cards.append(_stats_card(name, stats, "tasks"))
+    section = (
+        f'<div class="cards">{"".join(cards)}</div>'
+        '<div class="tablewrap tall"><table id="tasks" class="grid"></table>'
+        '<button type="button" id="tasks-more" class="edge" hidden></button></div>'
+    )
+    return section, _json_block("tasks-data", {"names": list(names), "rows": rows})
+
+
+# -- the timeline and the table --------------------------------------------------------
 
 
 def _legend() -> str:
@@ -283,21 +461,34 @@ def _legend() -> str:
     return f'<div class="legend">{"".join(items)}</div>'
 
 
-def _timeline(timelines: Sequence[Timeline] | None, problem: str | None) -> str:
+def _timeline(
+    timelines: Sequence[Timeline] | None, problem: str | None, outcomes: Counter[str], table: bool
+) -> str:
     if timelines is None:
         return f'<p class="muted">{_text(problem)}</p>'
-    outcomes: Counter[str] = Counter()
-    slots = 0
-    for timeline in timelines:
-        outcomes.update(span.outcome for span in timeline.spans)
-        slots = max(slots, timeline.slots)
+    slots = max((timeline.slots for timeline in timelines), default=0)
     total = sum(timeline.end for timeline in timelines)
     line = ", ".join(f"{count} {outcome}" for outcome, count in sorted(outcomes.items()))
     sessions = f" in {len(timelines)} sessions" if len(timelines) > 1 else ""
+    hint = " Click a run's bar to open its row." if table else ""
     return (
         f'<p class="muted">{sum(outcomes.values())} runs over {total:.3g} s{sessions} '
-        f"in {slots} slots: {_text(line) or 'none'}.</p>" + _legend() + timeline_svg(timelines)
+        f"in {slots} slots: {_text(line) or 'none'}.{hint}</p>"
+        + _legend()
+        # The labels in the picture are the user's text too.
+        + inert(timeline_svg(timelines))
     )
+
+
+_COLUMNS: Final = (
+    ("task", "task id", ""),
+    ("rollout", "rollout", "num"),
+    ("status", "status", ""),
+    ("score", "score", ""),
+    ("attempts", "attempts", "num"),
+    ("duration", "duration", "num"),
+    ("error", "error", ""),
+)
 
 
 def _table(run: RunView) -> str:
@@ -313,20 +504,38 @@ def _table(run: RunView) -> str:
         f"{_text(status)} ({count})</button>"
         for status, count in sorted(statuses.items())
     )
+    # Not a table to assistive technology (the rows are disclosure widgets):
+    # the headers are sort buttons that say their order in their name.
+    headers = "".join(
+        f'<div class="{kind}" data-sort="{key}" data-order="none">'
+        f'<button type="button" aria-label="{name}: sort">{name}</button></div>'
+        if key != "error"
+        else f"<div>{name}</div>"
+        for key, name, kind in _COLUMNS
+    )
     return (
-        '<div class="controls">'
+        '<div class="rollouts" id="rollouts" role="region" aria-label="rollouts">'
+        '<div class="sticky">'
+        '<div class="controls" role="search">'
         + "".join(buttons)
         + '<input id="search" type="search" placeholder="search task id" '
         'aria-label="search task id" autocomplete="off">'
-        '<span id="shown" class="muted"></span></div>'
-        '<div class="rollouts" id="rollouts" role="table" aria-label="rollouts">'
-        '<div class="rh" role="row"><div role="columnheader">task id</div>'
-        '<div role="columnheader" class="num">rollout</div><div role="columnheader">status</div>'
-        '<div role="columnheader">score</div><div role="columnheader" class="num">attempts</div>'
-        '<div role="columnheader" class="num">duration</div><div role="columnheader">error</div>'
-        '</div><div role="rowgroup">\n'
-        + "".join(_chunks(_rows(run.rollouts)))
-        + '</div></div><p id="none" class="empty" hidden>No rollout matches.</p>'
+        '<input id="errsearch" type="search" placeholder="search error text" '
+        'aria-label="search error text" autocomplete="off">'
+        '<span class="range"><select id="score-name" aria-label="score to filter and sort by">'
+        "</select>"
+        '<input id="score-min" type="number" step="any" placeholder="min" '
+        'aria-label="lowest score shown">'
+        '<input id="score-max" type="number" step="any" placeholder="max" '
+        'aria-label="highest score shown"></span>'
+        '<span id="shown" class="muted" role="status"></span></div>'
+        f'<div class="rh" role="group" aria-label="columns">{headers}</div></div>'
+        '<button type="button" id="earlier" class="edge" hidden></button>'
+        '<div id="rows"></div>'
+        '<button type="button" id="later" class="edge" hidden></button>'
+        '</div><p id="none" class="empty" hidden>No rollout matches.</p>'
+        '<noscript><p class="muted">The rollouts are listed by the page\'s script: '
+        "allow scripts for this file to see them.</p></noscript>"
     )
 
 
@@ -342,8 +551,14 @@ def _read_trace(directory: Path) -> tuple[list[Timeline] | None, str | None]:
         return None, f"The trace could not be read: {exc}"
 
 
-def render(directory: Path) -> str:
-    """The report page of ``directory``, as a string.
+def where(directory: Path, output: Path) -> str:
+    """``directory`` as seen from the folder ``output`` is written in."""
+    relative = Path(os.path.relpath(directory.resolve(), output.resolve().parent))
+    return "this folder" if relative == Path(".") else relative.as_posix()
+
+
+def render(directory: Path, output: Path) -> str:
+    """The report page of ``directory``, to be written at ``output``, as a string.
 
     Raises:
         FileNotFoundError: the directory holds neither an evaluation's files nor a trace.
@@ -367,29 +582,33 @@ def render(directory: Path) -> str:
         badge = f'<span class="badge">{_text(summary.stop_reason)}</span>'
     series = run.score_series()
     sections = []
+    data = []
     if run.is_eval:
         sections.append(f"<h2>Summary</h2>{_summary(run)}")
-    sections.append(f"<h2>Timeline</h2>{_timeline(timelines, problem)}")
+        sections.append(
+            f'<details class="section"><summary><h2>Configuration</h2></summary>'
+            f"{_configuration(run)}</details>"
+        )
+    slots, outcomes = _slots(timelines)
+    timeline = _timeline(timelines, problem, outcomes, bool(run.rollouts))
+    sections.append(f"<h2>Timeline</h2>{timeline}")
     if series:
-        sections.append(f'<h2>Scores</h2><div class="hists">{histograms_svg(series)}</div>')
+        sections.append(f'<h2>Scores</h2><div class="hists">{inert(histograms_svg(series))}</div>')
+    reduced, tasks = _reduced(run)
+    if tasks is not None:
+        sections.append(f"<h2>Tasks</h2>{reduced}")
+        data.append(tasks)
     if run.is_eval:
         sections.append(f"<h2>Rollouts</h2>{_table(run)}")
-    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        # No request leaves the page, whatever a run's text holds.
-        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-        "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
-        f"<title>{_text(title)} · sluicegate report</title>"
-        f"<style>{_CSS % COLOURS}</style></head><body>"
-        f"<header><h1>{_text(title)} {badge}</h1>"
-        f'<div class="muted">{_text(directory.resolve())}</div></header>'
-        f"<main>{''.join(sections)}</main>"
-        f"<footer>sluicegate {_text(__version__)} · generated {generated}</footer>"
-        f"<script>{_SCRIPT}</script></body></html>"
+    blocks: list[str] = []
+    if run.rollouts:
+        rows, blocks = _rows_data(run, slots)
+        data.append(_json_block("rows-data", rows))
+    header = (
+        f"<h1>{_text(title)} {badge}</h1>"
+        f'<div class="muted">run directory: <code>{_text(where(directory, output))}</code></div>'
     )
+    return page(title, header, "".join(sections), data=data, late=blocks)
 
 
 def write_report(
@@ -399,19 +618,23 @@ def write_report(
 
     Args:
         directory: An evaluation's run directory, or any directory with a trace.
-        output: Where to write; default ``DIRECTORY/report.html``.
+        output: Where to write (``report.html`` inside it when it is a
+            directory); default ``DIRECTORY/report.html``.
 
     Returns:
         The path written.
 
     Raises:
-        FileNotFoundError: ``directory`` does not exist or holds nothing to report.
+        FileNotFoundError: ``directory`` does not exist or holds nothing to
+            report, or the folder ``output`` goes in does not exist.
         OSError: the report cannot be written.
     """
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory} is not a directory")
-    page = render(directory)
-    path = Path(output) if output is not None else directory / REPORT
-    write_atomically(path, page + "\n")
+    path = Path(output) if output is not None else directory
+    if path.is_dir():
+        path /= REPORT
+    check_folder(path)
+    write_atomically(path, render(directory, path))
     return path

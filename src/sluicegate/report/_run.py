@@ -1,72 +1,52 @@
-"""What a report shows of an evaluation's run directory, read tolerantly.
+"""What a report shows of an evaluation's run directory, read through the eval's format owner.
 
 A report must open any run directory, including one a kill left half
-written and one written by another version of sluicegate, so rows are read
-as plain JSON into this module's own small records: unknown fields are
-ignored, missing ones take a default, and a line that is not a row is
-counted and skipped rather than failing the report. The reading of the eval
-package's files is all in :func:`read_run`.
+written and one written by another version of sluicegate. The file names,
+the records and the tolerant reading are all
+:mod:`sluicegate.eval._format`'s (one owner of the format); this module only
+gathers what one report shows: the summary from ``run.json``, the latest
+row of each rollout from ``results.jsonl``, and the per-task reduced values
+from ``tasks.jsonl``.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import attrs
-import cattrs
 
-__all__ = ["ErrorView", "Rollout", "RunView", "Summary", "read_run"]
+from ..eval._format import (
+    RESULTS,
+    RUN,
+    TASKS,
+    RowView,
+    RunSummary,
+    read_rows,
+    read_summary,
+    read_tasks,
+)
+from ..eval._records import ErrorInfo, TaskRow
+from ..eval._score import score_items
+from ..eval._stats import ScoreStats, stats_of
 
-# The eval package's file names (sluicegate.eval._log.RESULTS and RUN).
-RESULTS = "results.jsonl"
-RUN = "run.json"
+__all__ = [
+    "RESULTS",
+    "RUN",
+    "TASKS",
+    "ErrorView",
+    "Rollout",
+    "RunView",
+    "ScoreStats",
+    "Summary",
+    "TaskRow",
+    "read_run",
+]
 
-Score = float | dict[str, float] | None
-
-
-@attrs.frozen
-class ErrorView:
-    """An error row's exception: its type, message and (when kept) traceback."""
-
-    type: str = "Exception"
-    message: str = ""
-    traceback: str | None = None
-
-
-@attrs.frozen
-class Rollout:
-    """One row of ``results.jsonl``, as much of it as a report shows."""
-
-    task_id: str
-    rollout: int = 0
-    status: str = "ok"
-    score: Score = None
-    error: ErrorView | None = None
-    attempts: int = 1
-    started_at: str | None = None
-    duration_s: float | None = None
-
-
-@attrs.frozen
-class Summary:
-    """What ``run.json`` says of the run (None where it says nothing)."""
-
-    environment: str | None = None
-    started_at: str | None = None
-    ended_at: str | None = None
-    stop_reason: str | None = None
-    passed: bool | None = None
-    reasons: list[str] = attrs.field(factory=list)
-    error: str | None = None
-    counts: dict[str, int] = attrs.field(factory=dict)
-    scores: dict[str, float] = attrs.field(factory=dict)
-    concurrency: int | None = None
-    sessions: int = 1
-    version: str | None = None
+# The names the report has always used for the format owner's records.
+ErrorView = ErrorInfo
+Rollout = RowView
+Summary = RunSummary
 
 
 @attrs.frozen
@@ -77,10 +57,13 @@ class RunView:
         directory: The run directory.
         summary: From ``run.json``; None when there is none (yet) or it is unreadable.
         rollouts: The latest row of each ``(task id, rollout)`` in
-            ``results.jsonl``, in file order.
+            ``results.jsonl``, in file order (see
+            :class:`sluicegate.eval._format.RowView` for the fields: the
+            sample, the result, the score, its explanation, the errors).
         skipped: Lines of ``results.jsonl`` that are not rows (a torn last line).
         superseded: Rows a later row of the same rollout replaced: an error
             row of a session that a ``--resume`` ran again.
+        tasks: The lines of ``tasks.jsonl`` (empty without ``--reduce``).
     """
 
     directory: Path
@@ -88,60 +71,41 @@ class RunView:
     rollouts: list[Rollout]
     skipped: int = 0
     superseded: int = 0
+    tasks: list[TaskRow] = attrs.field(factory=list)
 
     @property
     def is_eval(self) -> bool:
         """Whether the directory holds an evaluation's files."""
         return self.summary is not None or bool(self.rollouts)
 
+    def score_stats(self) -> dict[str, ScoreStats]:
+        """Each score's statistics over the ok rows, as ``run.json`` gives them when it ends.
+
+        Computed from the rows, so that a run killed before its final
+        ``run.json`` shows the same means and intervals as a finished one.
+        """
+        values: dict[str, dict[str, list[float]]] = {}
+        for rollout in self.rollouts:
+            if rollout.status != "ok":
+                continue
+            for name, value in score_items(rollout.score):
+                if math.isfinite(value):
+                    values.setdefault(name, {}).setdefault(rollout.task_id, []).append(value)
+        found = {name: stats_of(values[name]) for name in sorted(values)}
+        return {name: stats for name, stats in found.items() if stats is not None}
+
     def score_series(self) -> dict[str, list[float]]:
         """Each score's values over the rollouts that have one (``"score"`` for plain numbers)."""
         series: dict[str, list[float]] = {}
         for rollout in self.rollouts:
-            score = rollout.score
-            if score is None:
-                continue
-            pairs = score.items() if isinstance(score, Mapping) else [("score", score)]
-            for name, value in pairs:
+            for name, value in score_items(rollout.score):
                 if math.isfinite(value):
                     series.setdefault(name, []).append(value)
         return series
 
 
-_converter = cattrs.Converter()
-
-
-def _structure_score(value: Any, _: Any) -> Score:
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, Mapping):
-        return {
-            str(key): float(inner)
-            for key, inner in value.items()
-            if isinstance(inner, (int, float)) and not isinstance(inner, bool)
-        }
-    if isinstance(value, (int, float)):
-        return float(value)
-    return None
-
-
-_converter.register_structure_hook(Score, _structure_score)
-
-
-def _summary(data: Mapping[str, Any]) -> Summary:
-    config = data.get("config")
-    concurrency = config.get("concurrency") if isinstance(config, Mapping) else None
-    known = {field.name for field in attrs.fields(Summary)}
-    fields = {key: value for key, value in data.items() if key in known}
-    fields["concurrency"] = concurrency if isinstance(concurrency, int) else None
-    sessions = data.get("sessions")
-    fields["sessions"] = len(sessions) if isinstance(sessions, list) and sessions else 1
-    fields["version"] = data.get("sluicegate_version") or None
-    return _converter.structure(fields, Summary)
-
-
 def read_run(directory: Path) -> RunView:
-    """Read ``run.json`` and ``results.jsonl`` of ``directory``, whichever exist.
+    """Read ``run.json``, ``results.jsonl`` and ``tasks.jsonl`` of ``directory``, whichever exist.
 
     Never fails on content: a ``run.json`` that cannot be read gives no
     summary, and a line that is not a row is counted in ``skipped``. Only
@@ -151,42 +115,12 @@ def read_run(directory: Path) -> RunView:
     Raises:
         OSError: if a file exists but cannot be read.
     """
-    summary = None
-    try:
-        data = json.loads((directory / RUN).read_text(encoding="utf-8"))
-        if isinstance(data, Mapping):
-            summary = _summary(data)
-    except FileNotFoundError:
-        pass
-    except (ValueError, cattrs.BaseValidationError):
-        summary = None
-    latest: dict[tuple[str, int], Rollout] = {}
-    rows = 0
-    skipped = 0
-    try:
-        text = (directory / RESULTS).read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        text = ""
-    # split("\n"), not splitlines(): a row may hold U+2028 and friends.
-    for line in text.split("\n"):
-        if not line.strip():
-            continue
-        try:
-            rollout = _converter.structure(json.loads(line), Rollout)
-        except (ValueError, TypeError, cattrs.BaseValidationError):
-            skipped += 1
-            continue
-        rows += 1
-        # A resume appends the rollouts it runs again: the latest row is the
-        # rollout's, an earlier one only history (pop, so the order is the
-        # latest rows' order).
-        key = (rollout.task_id, rollout.rollout)
-        latest.pop(key, None)
-        latest[key] = rollout
+    rows = read_rows(directory)
     return RunView(
         directory=directory,
-        summary=summary,
-        rollouts=list(latest.values()),
-        skipped=skipped,
-        superseded=rows - len(latest),
+        summary=read_summary(directory),
+        rollouts=rows.latest,
+        skipped=rows.skipped,
+        superseded=rows.superseded,
+        tasks=read_tasks(directory),
     )

@@ -189,17 +189,19 @@ def histograms_svg(series: dict[str, list[float]], *, bins: int = 20) -> str:
     charts = []
     for name, values in list(series.items())[:6]:
         low, high = min(values), max(values)
-        span = high - low or 1.0
+        # In halves: the range of finite scores may overflow a float (1.5e308 - -1.5e308).
+        half = high / 2 - low / 2 or 0.5
+        step = half / bins * 2
         counts = [0] * bins
         for value in values:
-            counts[min(int((value - low) / span * bins), bins - 1)] += 1
+            counts[min(int((value / 2 - low / 2) / half * bins), bins - 1)] += 1
         tallest = max(counts)
         width, height, base = 280, 120, 100
         bar = width / bins
         bars = "".join(
             f'<rect x="{i * bar:.2f}" y="{base - count / tallest * 90:.2f}" '
             f'width="{bar - 1:.2f}" height="{count / tallest * 90:.2f}" fill="#4a78b5">'
-            f"<title>{low + i * span / bins:.4g} to {low + (i + 1) * span / bins:.4g}: "
+            f"<title>{low + i * step:.4g} to {low + (i + 1) * step:.4g}: "
             f"{count}</title></rect>"
             for i, count in enumerate(counts)
             if count

@@ -7,7 +7,7 @@ its error budget and every ``--min-score`` was met.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import final
@@ -16,8 +16,10 @@ import attrs
 
 from .._version import __version__
 from ._config import EVERY_SCORE, ErrorBudget, EvalConfig
-from ._records import RunRecord, Session, StopReason
-from ._tally import Tally
+from ._records import RunRecord, Session, StopReason, TaskRow
+from ._reduce import check_reducer
+from ._stats import ScoreStats, stats_of
+from ._tally import RunTally
 
 __all__ = ["EXIT_STATUS", "EvalReport", "begin", "budget_text", "end", "shortfalls"]
 
@@ -36,6 +38,10 @@ class EvalReport:
         errors: Error rows this session wrote.
         scores: The mean of each score over the ok rollouts (a plain
             ``float`` score is named ``"score"``).
+        score_stats: Each score's :class:`~sluicegate.eval.ScoreStats`:
+            mean, standard error, 95% interval, counts.
+        reduced: Each reduced score's statistics over its per-task values
+            (empty without ``reduce``).
         stop_reason: ``"completed"``, ``"failed"`` or ``"interrupted"``.
         passed: Whether the run completed within its error budget and met
             every ``min_score``.
@@ -52,6 +58,8 @@ class EvalReport:
     output_dir: Path
     reasons: tuple[str, ...] = ()
     error: str | None = None
+    score_stats: Mapping[str, ScoreStats] = attrs.field(factory=dict)
+    reduced: Mapping[str, ScoreStats] = attrs.field(factory=dict)
 
     @property
     def exit_status(self) -> int:
@@ -73,6 +81,8 @@ class EvalReport:
             output_dir=output_dir,
             reasons=record.reasons,
             error=record.error,
+            score_stats=dict(record.score_stats),
+            reduced=dict(record.reduced),
         )
 
 
@@ -85,20 +95,39 @@ def budget_text(config: EvalConfig, errors: int) -> str:
     return f"--fail-on-error {config.fail_on_error}: {_errors(errors)}"
 
 
-def shortfalls(min_score: Mapping[str, float], means: Mapping[str, float]) -> list[str]:
-    """One sentence for every ``--min-score`` the means do not meet."""
+def shortfalls(
+    min_score: Mapping[str, float],
+    means: Mapping[str, float],
+    reduced: Mapping[str, float] | None = None,
+) -> list[str]:
+    """One sentence for every ``--min-score`` the means do not meet.
+
+    ``"*"`` holds every score's mean; a name may be a score's or a reduced
+    score's (``pass_at_1``).
+    """
     found = []
+    named = {**(reduced or {}), **means}
     for name, floor in min_score.items():
-        wanted = dict(means) if name == EVERY_SCORE else {name: means.get(name)}
+        wanted = dict(means) if name == EVERY_SCORE else {name: named.get(name)}
         flag = f"--min-score {floor:g}" if name == EVERY_SCORE else f"--min-score {name}={floor:g}"
         if not wanted:
             found.append(f"no scores to hold to {flag}")
         for key, mean in wanted.items():
             if mean is None:
-                found.append(f"no score named {key!r} to hold to {flag}")
+                found.append(f"no score named {key!r} to hold to {flag}{_reduce_hint(key)}")
             elif mean < floor:
                 found.append(f"mean {key} {mean:.4g} is below {flag}")
     return found
+
+
+def _reduce_hint(name: str) -> str:
+    """Say how to get a score that is named like a reduced one."""
+    reducer = name.rpartition("/")[2]
+    try:
+        check_reducer(reducer)
+    except ValueError:
+        return ""
+    return f" (a reduced score: add --reduce {reducer})"
 
 
 def begin(config: EvalConfig, name: str, earlier: RunRecord | None) -> RunRecord:
@@ -129,23 +158,41 @@ def begin(config: EvalConfig, name: str, earlier: RunRecord | None) -> RunRecord
     )
 
 
+def reduced_stats(tasks: Sequence[TaskRow]) -> dict[str, ScoreStats]:
+    """Each reduced score's statistics over the tasks where it has a value."""
+    values: dict[str, dict[str, list[float]]] = {}
+    for task in tasks:
+        for name, value in task.reduced.items():
+            if value is not None:
+                values.setdefault(name, {})[task.task_id] = [value]
+    found = {name: stats_of(values[name]) for name in sorted(values)}
+    return {name: stats for name, stats in found.items() if stats is not None}
+
+
 def end(
     record: RunRecord,
     stop: StopReason,
     error: str | None,
-    tally: Tally,
+    tally: RunTally,
+    tasks: Sequence[TaskRow] = (),
 ) -> RunRecord:
-    """The record of a session that stopped for ``stop``, with its verdict."""
+    """The record of a session that stopped for ``stop``, with its verdict.
+
+    Args:
+        tasks: The per-task reduced values (``--reduce``), if any.
+    """
     config = record.config
     if stop == "completed" and ErrorBudget.parse(config.fail_on_error).crossed(
         tally.errors, tally.planned
     ):
         stop, error = "failed", budget_text(config, tally.errors)
     means = tally.means()
+    reduced = reduced_stats(tasks)
     reasons = []
     if stop != "completed":
         reasons.append(f"{stop}: {error}" if error else stop)
-    reasons.extend(shortfalls(config.min_score, means))
+    reduced_means = {name: stats.mean for name, stats in reduced.items()}
+    reasons.extend(shortfalls(config.min_score, means, reduced_means))
     now = datetime.now(UTC)
     counts = tally.counts()
     last = attrs.evolve(record.sessions[-1], ended_at=now, stop_reason=stop, counts=counts)
@@ -155,6 +202,8 @@ def end(
         stop_reason=stop,
         counts=counts,
         scores=means,
+        score_stats=tally.score_stats(),
+        reduced=reduced,
         error=error,
         passed=not reasons,
         reasons=tuple(reasons),

@@ -30,9 +30,9 @@ from .._take import take
 from .._taskset import Task, Taskset
 from .._util import in_background
 from ._config import EvalConfig, UsageError
-from ._records import Row
-from ._rollout import DuplicateTaskId, rollout_of
-from ._tally import Tally
+from ._current import rollout_of
+from ._records import RolloutRow
+from ._tally import RunTally
 
 __all__ = [
     "DuplicateTaskId",
@@ -46,6 +46,10 @@ __all__ = [
     "kind_of",
     "plan",
 ]
+
+
+class DuplicateTaskId(ValueError):
+    """Two tasks of one evaluation have the same id, or one rollout was added twice."""
 
 
 class TaskCapWarning(UserWarning):
@@ -241,7 +245,7 @@ async def _static_slots(
     config: EvalConfig,
     taskset: Taskset[Any],
     done: Collection[tuple[str, int]],
-    tally: Tally,
+    tally: RunTally,
     threaded: bool,
 ) -> Iterator[Slot]:
     if threaded:
@@ -325,7 +329,7 @@ async def _expanded(
     tasks: AsyncIterator[tuple[str, Any]],
     rollouts: int,
     done: Collection[tuple[str, int]],
-    tally: Tally,
+    tally: RunTally,
 ) -> AsyncIterator[Slot]:
     try:
         async for task_id, task in tasks:
@@ -361,7 +365,7 @@ class EvalSource(SampleSource[Any, Any]):
     completes, whether or not its code caught the exception.
     """
 
-    def __init__(self, user: SampleSource[Any, Any], config: EvalConfig, tally: Tally) -> None:
+    def __init__(self, user: SampleSource[Any, Any], config: EvalConfig, tally: RunTally) -> None:
         self._user = user
         self._config = config
         self._tally = tally
@@ -462,7 +466,7 @@ class EvalSource(SampleSource[Any, Any]):
             return None
         return await self._user.next()
 
-    async def on_complete(self, item: Slot, result: Row | None) -> Sequence[Any] | None:
+    async def on_complete(self, item: Slot, result: RolloutRow | None) -> Sequence[Any] | None:
         self._check()
         if result is None or result.status != "ok":
             return None
@@ -483,7 +487,7 @@ async def plan(
     taskset: Taskset[Any] | SampleSource[Any, Any],
     config: EvalConfig,
     done: Collection[tuple[str, int]],
-    tally: Tally,
+    tally: RunTally,
     threaded: bool = False,
 ) -> Source:
     """The runner's source of slots for this evaluation; sets or grows ``tally.planned``.

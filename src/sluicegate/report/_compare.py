@@ -1,0 +1,224 @@
+"""``sluicegate report RUN_A RUN_B``: one HTML page comparing two runs.
+
+The numbers are :func:`sluicegate.eval.compare_runs`'s, the same that
+``sluicegate compare`` prints: per score both means with their intervals and
+the paired difference with its own; the tasks whose value changed, worst
+regression first; the tasks only one run has, counted apart. The page adds
+what a terminal cannot: each changed task opens to its samples in both runs,
+side by side (embedded as JSON and drawn by the report's script, like the
+report's rows).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from .._util import write_atomically
+from ..eval._compare import Comparison, ScoreComparison, compare_runs
+from ..eval._stats import ScoreStats
+from ._html import (
+    CHUNK,
+    FIELDS,
+    check_folder,
+    finite,
+    page,
+    sample_block,
+    sample_of,
+    score_text,
+    where,
+)
+from ._run import Rollout, RunView, read_run
+from ._text import embed_json, html_text
+
+__all__ = ["COMPARE", "write_comparison"]
+
+COMPARE: Final = "compare.html"
+# Task ids listed one by one when only one run has them; the rest are counted.
+_LISTED: Final = 200
+
+_text = html_text
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _stats(stats: ScoreStats | None, signed: bool = False) -> str:
+    if stats is None:
+        return '<span class="muted">-</span>'
+    mean = f"{stats.mean:+.4g}" if signed else _number(stats.mean)
+    interval = ""
+    if stats.ci95 is not None:
+        low, high = stats.ci95
+        interval = f' <span class="muted">[{_number(low)}, {_number(high)}]</span>'
+    return f"{mean}{interval}"
+
+
+def _verdict(score: ScoreComparison) -> str:
+    difference = score.difference
+    if difference is None or difference.ci95 is None:
+        return '<span class="muted">too few shared tasks to tell</span>'
+    low, high = difference.ci95
+    if high < 0:
+        return '<span class="worse">worse (95% sure)</span>'
+    if low > 0:
+        return '<span class="better">better (95% sure)</span>'
+    return '<span class="muted">no clear change</span>'
+
+
+def _scores(comparison: Comparison) -> str:
+    if not comparison.scores:
+        return '<p class="muted">Neither run has a score.</p>'
+    rows = "".join(
+        f"<tr><td>{_text(score.name)}</td><td>{_stats(score.a)}</td><td>{_stats(score.b)}</td>"
+        f"<td>{_stats(score.difference, signed=True)}</td><td>{_verdict(score)}</td></tr>"
+        for score in comparison.scores
+    )
+    return (
+        '<div class="tablewrap"><table class="grid scores">'
+        "<tr><th>score</th><th>A: mean [95% CI]</th><th>B: mean [95% CI]</th>"
+        "<th>B \u2212 A, paired [95% CI]</th><th></th></tr>"
+        f"{rows}</table></div>"
+    )
+
+
+def _only(ids: Sequence[str], run: str) -> str:
+    if not ids:
+        return ""
+    listed = ", ".join(_text(task) for task in ids[:_LISTED])
+    more = f", and {len(ids) - _LISTED} more" if len(ids) > _LISTED else ""
+    return (
+        f"<details><summary>{len(ids):,} task(s) only in {run}</summary>"
+        f'<p class="u">{listed}{more}</p></details>'
+    )
+
+
+def _samples(
+    view: RunView, tasks: Iterable[str], prefix: str
+) -> tuple[dict[str, list[int]], list[str]]:
+    """The rows of ``tasks`` in ``view`` as blocks of samples, and each task's indices in them."""
+    wanted = set(tasks)
+    by_task: dict[str, list[Rollout]] = {}
+    for rollout in view.rollouts:
+        if rollout.task_id in wanted:
+            by_task.setdefault(rollout.task_id, []).append(rollout)
+    indices: dict[str, list[int]] = {}
+    entries: list[list[Any]] = []
+    for task, rollouts in by_task.items():
+        rollouts.sort(key=lambda rollout: rollout.rollout)
+        indices[task] = list(range(len(entries), len(entries) + len(rollouts)))
+        # The report's sample, and what the report's row shows of it.
+        entries.extend(
+            [
+                *sample_of(rollout, None),
+                score_text(rollout.score),
+                finite(rollout.duration_s),
+                rollout.attempts,
+                rollout.rollout,
+                rollout.status,
+            ]
+            for rollout in rollouts
+        )
+    blocks = [
+        sample_block(f"{prefix}{number}", entries[start : start + CHUNK])
+        for number, start in enumerate(range(0, len(entries), CHUNK))
+    ]
+    return indices, blocks
+
+
+def render_comparison(
+    comparison: Comparison, view_a: RunView, view_b: RunView, output: Path
+) -> str:
+    """The comparison page, to be written at ``output``, as a string."""
+    name_a = where(comparison.run_a, output)
+    name_b = where(comparison.run_b, output)
+    changed = comparison.changed
+    tasks = {change.task_id for change in changed}
+    in_a, blocks_a = _samples(view_a, tasks, "a-sample-")
+    in_b, blocks_b = _samples(view_b, tasks, "b-sample-")
+    changes = [
+        [
+            change.task_id,
+            change.name,
+            _number(change.a),
+            _number(change.b),
+            f"{change.delta:+.4g}",
+            change.delta < 0,
+            in_a.get(change.task_id, []),
+            in_b.get(change.task_id, []),
+        ]
+        for change in changed
+    ]
+    data = {
+        "names": [f"A: {name_a}", f"B: {name_b}"],
+        "chunk": CHUNK,
+        "fields": FIELDS,
+        "changes": changes,
+    }
+    worse = sum(1 for change in changed if change.delta < 0)
+    shared = (
+        f"<p>{comparison.shared:,} task(s) in both runs: the differences pair them. "
+        f"{len(comparison.only_a):,} only in A and {len(comparison.only_b):,} only in B "
+        "are counted apart.</p>" + _only(comparison.only_a, "A") + _only(comparison.only_b, "B")
+    )
+    listing = (
+        f'<p class="muted">{len(changed):,} change(s), {worse:,} for the worse; worst regression '
+        "first. Open one to see the task's samples in both runs side by side.</p>"
+        '<div class="changes" id="changes" aria-label="changed tasks">'
+        '<div class="head"><span>task id</span><span>score</span><span class="num">A</span>'
+        '<span class="num">B</span><span class="num">B \u2212 A</span></div></div>'
+        '<button type="button" id="changes-more" class="edge" hidden></button>'
+        if changed
+        else '<p class="muted">No shared task changed its value.</p>'
+    )
+    body = (
+        f"<h2>Scores</h2>{_scores(comparison)}<h2>Tasks</h2>{shared}<h2>Changed tasks</h2>{listing}"
+    )
+    header = (
+        "<h1>B against A</h1>"
+        f'<div class="muted">A (the baseline): <code>{_text(name_a)}</code> \u00b7 '
+        f"B: <code>{_text(name_b)}</code></div>"
+    )
+    data_blocks = [f'<script type="application/json" id="compare-data">{embed_json(data)}</script>']
+    return page(
+        f"{name_b} against {name_a}", header, body, data=data_blocks, late=[*blocks_a, *blocks_b]
+    )
+
+
+def write_comparison(
+    run_a: str | os.PathLike[str],
+    run_b: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Write one HTML page comparing run B against run A (the baseline).
+
+    Args:
+        run_a: The baseline's run directory.
+        run_b: The candidate's run directory.
+        output: Where to write (``compare.html`` inside it when it is a
+            directory); default ``RUN_B/compare.html``.
+
+    Returns:
+        The path written.
+
+    Raises:
+        FileNotFoundError: a directory does not exist, or the folder
+            ``output`` goes in does not.
+        ValueError: a directory holds no run.
+        OSError: the page cannot be written.
+    """
+    a, b = Path(run_a), Path(run_b)
+    for directory in (a, b):
+        if not directory.is_dir():
+            raise FileNotFoundError(f"{directory} is not a directory")
+    path = Path(output) if output is not None else b
+    if path.is_dir():
+        path /= COMPARE
+    check_folder(path)
+    comparison = compare_runs(a, b)
+    text = render_comparison(comparison, read_run(a), read_run(b), path)
+    write_atomically(path, text)
+    return path

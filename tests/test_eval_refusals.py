@@ -1,0 +1,139 @@
+"""Mistakes refused before anything runs: settings, factories, output directories, selections."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eval_helpers import ENVS, Env, refused, static, tasks
+from sluicegate import Task, Timeline
+from sluicegate.cli import main
+from sluicegate.eval import evaluate
+from sluicegate.eval._config import UsageError
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        ("exits", "exits() called sys.exit(0)"),
+        ("raises", "raises() raised RuntimeError: set API_KEY"),
+        ("raises_type_error", "raises_type_error() raised TypeError: bad config value"),
+        ("needs", "is callable but not a zero-argument factory"),
+    ],
+)
+def test_a_factory_that_exits_or_raises_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], factory: str, message: str
+) -> None:
+
+    out = tmp_path / "out"
+    target = f"{ENVS / 'factories.py'}:{factory}"
+    assert main(["eval", target, "-o", str(out), "--display", "none"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sluicegate eval: error: "), lines
+    assert message in lines[0]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"trace": "yes"}, "trace must be True, None or a recorder"),
+        ({"trace": Timeline}, "trace must be True, None or a recorder"),
+        ({"drain": "soon"}, "drain must be a sluicegate.Drain or None"),
+    ],
+)
+async def test_a_bad_trace_or_drain_is_refused_before_anything_happens(
+    tmp_path: Path, setting: dict[str, Any], message: str
+) -> None:
+    ran: list[object] = []
+
+    async def run(task: Task) -> Any:
+        ran.append(task)
+
+    with pytest.raises(ValueError, match=message):
+        await evaluate(Env(tasks(1), run), output_dir=tmp_path / "o", **setting)
+    assert not (tmp_path / "o").exists() and not ran
+
+
+@pytest.mark.parametrize("flag", ["-o", "--resume"])
+def test_an_empty_output_directory_is_a_usage_error(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    flag: str,
+) -> None:
+
+    monkeypatch.chdir(tmp_path)
+    target = f"{ENVS / 'base_exit.py'}:env"
+    assert main(["eval", target, flag, "", "--display", "none"]) == 2
+    assert "is empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_id_matching_no_task_of_a_static_set_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+
+    out = tmp_path / "out"
+    target = f"{ENVS / 'base_exit.py'}:env"
+    assert main(["eval", target, "--id", "99", "-o", str(out), "--display", "none"]) == 2
+    assert "sluicegate eval: error: --id matched no task: 99" in capsys.readouterr().err
+    assert not out.exists()
+    with pytest.raises(SystemExit) as refused:  # argparse's own usage error
+        main(["eval", target, "-n", "0", "-o", str(out), "--display", "none"])
+    assert refused.value.code == 2
+    assert "-n/--num-tasks: must be >= 1, got 0" in capsys.readouterr().err
+    assert not out.exists()
+
+
+async def test_settings_are_refused_before_anything_happens(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    out = tmp_path / "out"
+    env = Env(static(2))
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"rollouts": 0}, "-r/--rollouts"),
+        ({"concurrency": True}, "-c/--concurrency"),
+        ({"timeout": -1}, "--timeout"),
+        ({"retry_on": ["NoSuchError"]}, "--retry-on"),
+        ({"retry_on": ["os:path"]}, "not an exception"),
+        ({"fail_on_error": "1.5"}, "--fail-on-error"),
+        ({"min_score": {"acc": math.nan}}, "--min-score"),
+        ({"ids": "12"}, "ids"),
+        ({"display": "fancy"}, "display"),
+        ({"resume": True}, "output_dir"),
+    ]
+    for kwargs, message in bad:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            await evaluate(env, output_dir=out if "resume" not in kwargs else None, **kwargs)
+    assert not out.exists()
+
+
+def test_refused_runs_give_one_line_exit_2_and_leave_no_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    shapes = ENVS / "shapes.py"
+    out = tmp_path / "deep" / "out"
+    line = refused(capsys, f"{shapes}:EnvClass", "-o", str(afile / "out"))
+    assert "cannot create" in line and "not a directory" in line
+    line = refused(capsys, f"{shapes}:broken", "-o", str(out))
+    assert "load() raised OSError: the task file is gone" in line
+    assert "shapes.py" in line  # where it raised
+    line = refused(capsys, f"{shapes}:duplicates", "-o", str(out))
+    assert "duplicate task id 'a'" in line
+    line = refused(capsys, f"{shapes}:sync_run", "-o", str(out))
+    assert "run must be an async function" in line
+    line = refused(capsys, f"{ENVS / 'exits.py'}:env", "-o", str(out))
+    assert "sys.exit(3)" in line
+    assert not (tmp_path / "deep").exists()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["afile"]
+
+
+def test_usage_error_is_a_value_error() -> None:
+    assert issubclass(UsageError, ValueError)

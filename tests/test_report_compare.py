@@ -1,0 +1,78 @@
+"""``sluicegate report RUN_A RUN_B``: the page comparing two runs, read as text.
+
+The page in a real browser is in tests/test_report_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from observe_runs import embedded, write_eval_run
+from sluicegate.cli import main
+from sluicegate.eval import compare_runs
+
+
+def two_runs(tmp_path: Path) -> tuple[Path, Path]:
+    """Run B: task-00004 much worse, task-00009 better, one task dropped and one new."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_eval_run(a, 24, trace=False, error_every=0)
+    write_eval_run(b, 24, trace=False, error_every=0)
+    rows = [json.loads(line) for line in (b / "results.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["task_id"] == "task-00004":
+            row["score"] = -1.0
+            row["result"] = {"answer": float("nan")}  # hand-edited: JSON has no NaN
+        if row["task_id"] == "task-00009":
+            row["score"] = 2.0
+    rows = [row for row in rows if row["task_id"] != "task-00011"]
+    rows.append(dict(rows[0], task_id="</script><b>new</b>"))
+    (b / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return a, b
+
+
+def test_report_of_two_runs_compares_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = two_runs(tmp_path)
+    assert main(["report", str(a), str(b)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {b / 'compare.html'}"
+    page = (b / "compare.html").read_text(encoding="utf-8")
+    comparison = compare_runs(a, b)
+    (score,) = comparison.scores
+    assert score.a is not None and score.b is not None and score.difference is not None
+    assert score.a.ci95 is not None and score.difference.ci95 is not None
+    # Both means with their intervals, and the paired difference with its own.
+    low, high = score.a.ci95
+    assert f'{score.a.mean:.4g} <span class="muted">[{low:.4g}, {high:.4g}]</span>' in page
+    low, high = score.difference.ci95
+    assert f'{score.difference.mean:+.4g} <span class="muted">[{low:.4g}, {high:.4g}]' in page
+    # The changed tasks, worst regression first, each with both runs' samples.
+    changes = embedded(page, "compare-data")["changes"]
+    assert [change[0] for change in changes][:1] == ["task-00004"]
+    assert changes[-1][0] == "task-00009"
+    assert [change[0] for change in changes] == [change.task_id for change in comparison.changed]
+    assert all(len(change[6]) == len(change[7]) == 2 for change in changes)
+    worst = embedded(page, "b-sample-0")[changes[0][7][0]]
+    result = embedded(page, "compare-data")["fields"].index("result")
+    assert [field[1] for field in worst[0] if field[0] == result] == ["{'answer': nan}"]
+    # The tasks only one run has, counted apart (and their ids are text).
+    assert "1 only in A and 1 only in B are counted apart" in page
+    assert "&lt;/script&gt;&lt;b&gt;new&lt;/b&gt;" in page
+    assert "A (the baseline): <code>../a</code>" in page
+
+
+def test_report_of_two_runs_refuses_what_is_not_a_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = two_runs(tmp_path)
+    assert main(["report", str(a), str(tmp_path / "missing")]) == 2
+    assert f"{tmp_path / 'missing'} is not a directory" in capsys.readouterr().err
+    assert main(["report", str(a), str(b), "-o", str(tmp_path / "no" / "c.html")]) == 2
+    assert f"the folder {tmp_path / 'no'} does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(a), str(tmp_path / "empty")]) == 2
+    assert capsys.readouterr().err.startswith("sluicegate report: error: ")
+    assert not (b / "compare.html").exists()
