@@ -61,7 +61,7 @@ def docs(session: nox.Session) -> None:
     )
 
 
-BENCHES = ("run", "service", "trace", "dask")
+BENCHES = ("run", "service", "trace", "dask", "imports")
 
 
 @nox.session
