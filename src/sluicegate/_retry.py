@@ -211,7 +211,9 @@ async def attempt(
         CutShort: ``drain`` was requested while waiting between attempts (or
             before a retry), so the item should be tried again later.
     """
-    failures: list[BaseException] = []
+    # Made at the first failure: the path every item takes allocates nothing
+    # but its result.
+    failures: list[BaseException] | None = None
     window = current_window()
     # The clock is read only when something needs it: the path every item
     # takes (one attempt, no window object, no budget) stays one `try`.
@@ -241,8 +243,13 @@ async def attempt(
         except Exception as exc:
             error = exc
         else:
+            if failures is None:
+                return Attempts(outcome.Value(value), 1)
             return Attempts(outcome.Value(value), len(failures) + 1, tuple(failures))
-        failures.append(error)
+        if failures is None:
+            failures = [error]
+        else:
+            failures.append(error)
         if window is not None:
             window.observe(trio.current_time() - started, error)
         if retry is None or not retry.retries(error, len(failures)):

@@ -474,6 +474,7 @@ class _Service(Generic[T]):
         self.flights: dict[str, trio.Event | None] = {}
         # A source that binds the run (a SampleSource) hears of skipped items.
         self.binds = isinstance(source, BindsRun)
+        self.on_outcome = settings.on_outcome
 
     # -- one item ------------------------------------------------------------------------
 
@@ -512,17 +513,17 @@ class _Service(Generic[T]):
             )  # fmt: skip
         return True
 
-    async def serve_one(self, ticket: _Ticket[T]) -> ServedItem[T] | None:
+    async def serve_one(self, ticket: _Ticket[T]) -> outcome.Value[Any] | outcome.Error | None:
         """Run one item and settle it; None when it was cut short (it runs again later).
 
-        Returns the :class:`ServedItem` the settle step was given (a
-        :class:`~sluicegate.SampleSource` hears of it through :class:`_GaveUpOn`).
+        Returns its outcome, the value or the exception of its last attempt
+        (a :class:`~sluicegate.SampleSource` hears of it through
+        :class:`_GaveUpOn`).
         """
-        settings = self.settings
-        tally = self.tally
         if not ticket.checked and self.writer is not None and await self.skipped(ticket):
             return None  # an item of a SampleSource, looked up as it starts (see _Admission)
-        tally.pulled += 1
+        settings = self.settings
+        self.tally.pulled += 1
         started = time.time()
         start = trio.current_time()
         try:
@@ -535,50 +536,58 @@ class _Service(Generic[T]):
                 "%s cut short by a drain while waiting to retry (%d attempt(s)): %r",
                 self.label(ticket), cut.attempts, cut.last,
             )  # fmt: skip
-            tally.cut += 1
+            self.tally.cut += 1
             self.landed(ticket)
             return None
         except BaseException:
             # A grace or second signal cancelled it: not journaled, so a
             # restart runs it again.
-            tally.cut += 1
+            self.tally.cut += 1
             self.landed(ticket)
             raise
-        attempts = tried.attempts
         result = tried.result
-        if type(result) is outcome.Value:
-            value, error = result.value, None
-        else:
-            value, error = None, result.error
-            if settings.raise_errors:
-                self.landed(ticket)
-                raise error
-        served = ServedItem(ticket.item, ticket.key, error is None, value, error, attempts,
-                            trio.current_time() - start)  # fmt: skip
+        if type(result) is not outcome.Value and settings.raise_errors:
+            self.landed(ticket)
+            raise result.error
         try:
-            await self.settle(ticket, served, started)
+            await self.settle(ticket, result, tried.attempts, trio.current_time() - start, started)
         finally:
             self.landed(ticket)
-        return served
+        return result
 
     async def serve_value(self, ticket: _Ticket[T]) -> Any:
         """:meth:`serve_one` for a source that binds the run its own way: the value only."""
-        served = await self.serve_one(ticket)
-        return None if served is None else served.value
+        result = await self.serve_one(ticket)
+        return result.value if type(result) is outcome.Value else None
 
-    async def settle(self, ticket: _Ticket[T], served: ServedItem[T], started: float) -> None:
-        """The one place an item that ran is journaled, counted and told of."""
+    async def settle(
+        self,
+        ticket: _Ticket[T],
+        result: outcome.Value[Any] | outcome.Error,
+        attempts: int,
+        duration: float,
+        started: float,
+    ) -> None:
+        """The one place an item that ran is journaled, counted and told of.
+
+        Its :class:`ServedItem` is made only for ``on_outcome``: nothing
+        else reads it, and it is the costliest object of an item's path.
+        """
         tally = self.tally
-        tally.observe(served.duration_s)
-        if not served.ok:
+        if tally.histogram is not None:
+            tally.observe(duration)
+        ok = type(result) is outcome.Value
+        if ok:
+            value, error = result.value, None
+        else:
+            value, error = None, result.error
             logger.warning(
-                "%s failed after %d attempt(s): %r", self.label(ticket), served.attempts,
-                served.error,
-            )  # fmt: skip
-            report_failure(self.settings.trace, ticket.index, served.error)  # type: ignore[arg-type]
+                "%s failed after %d attempt(s): %r", self.label(ticket), attempts, error
+            )
+            report_failure(self.settings.trace, ticket.index, error)
         writer = self.writer
         if writer is None:
-            if served.ok:
+            if ok:
                 tally.ok += 1
             else:
                 tally.failed += 1
@@ -586,26 +595,23 @@ class _Service(Generic[T]):
             # Counted once committed (see committed()), not before.
             name = ticket.key
             assert name is not None
-            finished = time.time()
-            if served.ok:
-                batch = writer.add_ok(
-                    ok_row(name, served.attempts, served.value, started, finished)
-                )
+            if ok:
+                batch = writer.add_ok(ok_row(name, attempts, value, started, time.time()))
             else:
-                assert served.error is not None
-                batch = writer.add_error(
-                    error_row(name, served.attempts, served.error, started, finished)
-                )
+                assert error is not None
+                batch = writer.add_error(error_row(name, attempts, error, started, time.time()))
             tally.pending += 1
-            if self.settings.on_outcome is not None or writer.backlogged:
+            if self.on_outcome is not None or writer.backlogged:
                 await writer.committed(batch)
         if self.debug:
             logger.debug(
                 "%s %s after %d attempt(s) in %.3f s", self.label(ticket),
-                "ok" if served.ok else "failed", served.attempts, served.duration_s,
+                "ok" if ok else "failed", attempts, duration,
             )  # fmt: skip
-        if self.settings.on_outcome is not None:
-            await self.settings.on_outcome(served)
+        if self.on_outcome is not None:
+            await self.on_outcome(
+                ServedItem(ticket.item, ticket.key, ok, value, error, attempts, duration)
+            )
 
     def landed(self, ticket: _Ticket[T]) -> None:
         """``ticket``'s run is over: a copy of its key waiting to be looked up may go on."""
@@ -778,14 +784,14 @@ class _GaveUpOn(SampleSource[Any, Any]):
     async def next(self) -> Sequence[Any] | None:
         return await self._inner.next()
 
-    async def on_complete(self, ticket: Any, served: Any) -> Sequence[Any] | None:
-        if served is None:
+    async def on_complete(self, ticket: Any, result: Any) -> Sequence[Any] | None:
+        if result is None:
             # Cut short by a drain, or skipped: the journal's entry decides.
             return await self._settled(ticket)
-        if not served.ok:
+        if type(result) is not outcome.Value:
             await self._inner.on_abandoned(ticket.item)
             return None
-        return await self._inner.on_complete(ticket.item, served.value)
+        return await self._inner.on_complete(ticket.item, result.value)
 
     async def _settled(self, ticket: Any) -> Sequence[Any] | None:
         entry = ticket.recorded
