@@ -234,3 +234,88 @@ async def test_a_window_object_serves_with_a_journal(tmp_path: Path) -> None:
     report = await serve(range(20), echo, window=Window(3), key=str, journal=path, signals=())
     assert report.ok == 20
     assert Journal(path).counts() == {"ok": 20, "error": 0}
+
+
+def filled_channel(items: list[str]) -> trio.MemoryReceiveChannel[str]:
+    send, receive = trio.open_memory_channel[str](len(items))
+    for item in items:
+        send.send_nowait(item)
+    send.close()
+    return receive
+
+
+async def test_a_key_fed_again_after_its_row_was_committed_is_skipped(tmp_path: Path) -> None:
+    # The items wait in the channel together, so their keys are looked up
+    # together, before the first "a" has run: the later copies must still
+    # see its row.
+    ran: list[str] = []
+
+    async def run(name: str) -> str:
+        ran.append(name)
+        await trio.lowlevel.checkpoint()
+        return name.upper()
+
+    heard: list[tuple[str | None, bool]] = []
+
+    async def acknowledge(served: ServedItem[str]) -> None:
+        heard.append((served.key, served.skipped))
+
+    report = await serve(
+        filled_channel(["a", "b", "a", "a"]), run, window=1, key=lambda name: name,
+        journal=tmp_path / "j.db", signals=(), on_outcome=acknowledge,
+    )  # fmt: skip
+    assert ran == ["a", "b"]
+    assert (report.ok, report.skipped) == (2, 2)
+    assert heard == [("a", False), ("b", False), ("a", True), ("a", True)]
+
+
+async def test_a_restart_fed_by_a_channel_runs_only_what_is_not_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    first = await serve(
+        filled_channel([f"k{i}" for i in range(0, 200, 2)]), echo_str, window=8, key=str,
+        journal=path, signals=(),
+    )  # fmt: skip
+    assert first.ok == 100
+    ran: list[str] = []
+
+    async def run(name: str) -> str:
+        ran.append(name)
+        return await echo_str(name)
+
+    second = await serve(
+        filled_channel([f"k{i}" for i in range(200)]), run, window=8, key=str, journal=path,
+        signals=(),
+    )  # fmt: skip
+    assert (second.ok, second.skipped) == (100, 100)
+    assert sorted(ran) == sorted(f"k{i}" for i in range(1, 200, 2))
+    assert Journal(path).counts() == {"ok": 200, "error": 0}
+
+
+async def test_a_key_that_raises_on_a_waiting_item_fails_at_that_item(tmp_path: Path) -> None:
+    # Items 0 and 1 run and are journaled; item 2's key() fails the service
+    # as the failure of the source pulling it, though it was taken with them.
+    ran: list[str] = []
+
+    def key(name: str) -> str:
+        if name == "bad":
+            raise LookupError("no key for it")
+        return name
+
+    async def run(name: str) -> str:
+        ran.append(name)
+        return await echo_str(name)
+
+    path = tmp_path / "j.db"
+    with pytest.raises(LookupError) as info:
+        await serve(
+            filled_channel(["x", "y", "bad", "z"]), run, window=1, key=key, journal=path,
+            signals=(),
+        )  # fmt: skip
+    assert info.value.__notes__ == ["sluicegate: raised by the source while pulling item 2"]
+    assert ran == ["x", "y"]
+    assert Journal(path).counts() == {"ok": 2, "error": 0}
+
+
+async def echo_str(name: str) -> str:
+    await trio.lowlevel.checkpoint()
+    return name

@@ -39,8 +39,10 @@ __all__ = [
     "create_schema",
     "error_row",
     "insert",
+    "loaded_key",
     "ok_row",
     "refuse",
+    "statuses_query",
     "stored_key",
     "utc",
 ]
@@ -96,6 +98,13 @@ WHERE items.status != 'ok'
 
 LOOKUP = f"SELECT {COLUMNS} FROM items WHERE key = ?"
 STATUS = "SELECT status FROM items WHERE key = ?"
+
+
+@functools.cache
+def statuses_query(keys: int) -> str:
+    """The query of the status of ``keys`` keys at once: one read for several items."""
+    return "SELECT key, status FROM items WHERE key IN (" + ", ".join(["?"] * keys) + ")"
+
 
 OkRow = tuple[str | bytes, int, str, str, float, float]
 """A success as written: key, attempts, value, value format, started, finished."""
@@ -186,7 +195,7 @@ class JournalEntry:
     def from_row(cls, row: Sequence[Any]) -> JournalEntry:
         key, status, attempts, etype, message, tb, value, fmt, started, finished = row
         return cls(
-            key=_loaded_key(key),
+            key=loaded_key(key),
             ok=status == "ok",
             attempts=attempts,
             value=decode_value(value, fmt),
@@ -246,7 +255,7 @@ def stored_key(key: str) -> str | bytes:
     return key
 
 
-def _loaded_key(stored: str | bytes) -> str:
+def loaded_key(stored: str | bytes) -> str:
     return stored if isinstance(stored, str) else stored.decode("utf-8", "surrogatepass")
 
 

@@ -20,6 +20,7 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -348,7 +349,7 @@ def _key_of(key: Callable[[Any], str], item: object) -> str:
 class _Ticket(Generic[T]):
     """One item on its way from the source to the settle step, with its key and index."""
 
-    __slots__ = ("checked", "index", "item", "key", "recorded")
+    __slots__ = ("checked", "index", "item", "key", "recorded", "status")
 
     def __init__(self, item: T, key: str | None) -> None:
         self.item = item
@@ -357,6 +358,15 @@ class _Ticket(Generic[T]):
         # Whether the journal was asked for its key, and what it held.
         self.checked = False
         self.recorded: JournalEntry | None = None
+        # The key's status as the admission filter's look-up found it
+        # ("ok", "error", None), or _UNKNOWN until it is looked up.
+        self.status: str | None = _UNKNOWN
+
+
+_UNKNOWN = "unknown"
+# At most this many items already waiting in a memory channel are taken at
+# once, to look their keys up in one query (see _Tickets).
+_LOOKAHEAD = 64
 
 
 class _Admission(Generic[T]):
@@ -392,9 +402,16 @@ class _Admission(Generic[T]):
 
 
 class _Tickets(Generic[T]):
-    """The items of a source as tickets; with ``skips``, recorded ones are settled here."""
+    """The items of a source as tickets; with ``skips``, recorded ones are settled here.
 
-    __slots__ = ("_async", "_service", "_skipped", "_skips", "_sync")
+    With ``skips``, keys are looked up as items are taken, several in one
+    query: from a memory channel, the items already waiting in it (up to
+    ``_LOOKAHEAD``) are taken together, which costs a quarter of a look-up
+    per item. A channel that others read too (a clone) gives one at a time,
+    so that none of its items waits here while another reader is free.
+    """
+
+    __slots__ = ("_ahead", "_async", "_channel", "_service", "_skipped", "_skips", "_sync")
 
     def __init__(self, service: _Service[T], source: Any, *, skips: bool) -> None:
         self._service = service
@@ -402,10 +419,16 @@ class _Tickets(Generic[T]):
         self._skipped = 0
         self._async: AsyncIterator[T] | None = None
         self._sync: Iterator[T] | None = None
+        self._channel: trio.MemoryReceiveChannel[T] | None = None
         if isinstance(source, AsyncIterable):
             self._async = as_async_iterator(source)
+            if isinstance(source, trio.MemoryReceiveChannel):
+                self._channel = source
         else:
             self._sync = iter(source)
+        # Tickets taken and looked up, not yet handed to the dispatcher; a
+        # key() that raised on an item taken ahead, to be raised in its turn.
+        self._ahead: deque[_Ticket[T] | Exception] = deque()
 
     def __aiter__(self) -> _Tickets[T]:
         return self
@@ -413,21 +436,54 @@ class _Tickets(Generic[T]):
     async def __anext__(self) -> _Ticket[T]:
         service = self._service
         key = service.settings.key
+        ahead = self._ahead
         while True:
-            if self._sync is not None:
-                try:
-                    item = next(self._sync)
-                except StopIteration:
-                    raise StopAsyncIteration from None
-            else:
-                item = await anext(self._async)  # type: ignore[arg-type]
-            ticket = _Ticket(item, None if key is None else _key_of(key, item))
-            if not (self._skips and await service.skipped(ticket)):
-                return ticket
+            if not ahead:
+                if self._sync is not None:
+                    try:
+                        item = next(self._sync)
+                    except StopIteration:
+                        raise StopAsyncIteration from None
+                else:
+                    item = await anext(self._async)  # type: ignore[arg-type]
+                ticket = _Ticket(item, None if key is None else _key_of(key, item))
+                if not self._skips:
+                    return ticket
+                self._take_ahead(ticket)
+            taken = ahead.popleft()
+            if isinstance(taken, Exception):
+                raise taken
+            if not await service.skipped(taken):
+                return taken
             # A restart may skip a long run of recorded items: stay
             # cancellable, and let other tasks in, as any loop over items.
             self._skipped += 1
             await pace(self._skipped)
+
+    def _take_ahead(self, first: _Ticket[T]) -> None:
+        """Queue ``first`` and the items already waiting in the channel, their keys looked up."""
+        tickets = [first]
+        channel = self._channel
+        failed: Exception | None = None
+        if channel is not None:
+            stats = channel.statistics()
+            if stats.open_receive_channels == 1:
+                key = self._service.settings.key
+                assert key is not None
+                for _ in range(min(stats.current_buffer_used, _LOOKAHEAD - 1)):
+                    try:
+                        item = channel.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    try:
+                        tickets.append(_Ticket(item, _key_of(key, item)))
+                    except Exception as exc:
+                        failed = exc
+                        break
+        self._service.look_up(tickets)
+        self._ahead.extend(tickets)
+        if failed is not None:
+            self._ahead.append(failed)
 
     async def aclose(self) -> None:
         await close_source(self._async if self._async is not None else self._sync)
@@ -472,6 +528,8 @@ class _Service(Generic[T]):
         # Keys of items running now, with the event a copy fed meanwhile
         # waits on (made only then) before it is looked up like any key.
         self.flights: dict[str, trio.Event | None] = {}
+        # Keys whose run ended since the last look-up: theirs is asked again.
+        self.landed_since: set[str] = set()
         # A source that binds the run (a SampleSource) hears of skipped items.
         self.binds = isinstance(source, BindsRun)
         self.on_outcome = settings.on_outcome
@@ -485,6 +543,7 @@ class _Service(Generic[T]):
         ticket.checked = True
         name = ticket.key
         flights = self.flights
+        status = ticket.status
         if name in flights:
             # A copy of this key is running: wait for its end, then look it up.
             flight = flights[name]
@@ -493,7 +552,12 @@ class _Service(Generic[T]):
             await flight.wait()
             # Its row may still wait for its commit: commit it now.
             await writer.flush()
-        status = writer.status(name)
+            status = _UNKNOWN
+        elif name in self.landed_since:
+            # A copy ran since the look-up: what it found may be out of date.
+            status = _UNKNOWN
+        if status is _UNKNOWN:
+            status = writer.status(name)
         if status is None or (status == "error" and self.settings.rerun_errors):
             flights[name] = None
             return False
@@ -576,14 +640,15 @@ class _Service(Generic[T]):
         tally = self.tally
         if tally.histogram is not None:
             tally.observe(duration)
-        ok = type(result) is outcome.Value
-        if ok:
-            value, error = result.value, None
+        value: Any = None
+        error: BaseException | None = None
+        if isinstance(result, outcome.Value):
+            ok = True
+            value = result.value
         else:
-            value, error = None, result.error
-            logger.warning(
-                "%s failed after %d attempt(s): %r", self.label(ticket), attempts, error
-            )
+            ok = False
+            error = result.error
+            logger.warning("%s failed after %d attempt(s): %r", self.label(ticket), attempts, error)
             report_failure(self.settings.trace, ticket.index, error)
         writer = self.writer
         if writer is None:
@@ -616,9 +681,20 @@ class _Service(Generic[T]):
     def landed(self, ticket: _Ticket[T]) -> None:
         """``ticket``'s run is over: a copy of its key waiting to be looked up may go on."""
         if self.writer is not None and ticket.key is not None:
+            self.landed_since.add(ticket.key)
             flight = self.flights.pop(ticket.key, None)
             if flight is not None:
                 flight.set()
+
+    def look_up(self, tickets: Sequence[_Ticket[T]]) -> None:
+        """Find the status of ``tickets``' keys in one query, as they are taken from the source."""
+        writer = self.writer
+        assert writer is not None
+        found = writer.statuses([ticket.key for ticket in tickets])  # type: ignore[misc]
+        for ticket in tickets:
+            ticket.status = found.get(ticket.key)  # type: ignore[arg-type]
+        # Keys that run from now on may be journaled after this look-up.
+        self.landed_since.clear()
 
     def retrying(self) -> None:
         """Count an extra attempt as it starts: a drain or grace may cut it short later."""

@@ -35,7 +35,18 @@ import trio
 
 from .. import _sqlite
 from .._sqlite import display
-from ._rows import LOOKUP, STATUS, ErrorRow, JournalEntry, JournalError, OkRow, insert, stored_key
+from ._rows import (
+    LOOKUP,
+    STATUS,
+    ErrorRow,
+    JournalEntry,
+    JournalError,
+    OkRow,
+    insert,
+    loaded_key,
+    statuses_query,
+    stored_key,
+)
 
 __all__ = ["Batch", "Committed", "JournalWriter", "connect_writer"]
 
@@ -134,6 +145,12 @@ class JournalWriter:
         """``"ok"`` or ``"error"`` when ``key`` is committed, else None."""
         row = self._lookups.execute(STATUS, (stored_key(key),)).fetchone()
         return None if row is None else row[0]
+
+    def statuses(self, keys: list[str]) -> dict[str, str]:
+        """The status of each of ``keys`` that is committed, in one read."""
+        stored = [stored_key(key) for key in keys]
+        rows = self._lookups.execute(statuses_query(len(stored)), stored).fetchall()
+        return {loaded_key(name): status for name, status in rows}
 
     def entry(self, key: str) -> JournalEntry | None:
         """The entry committed for ``key``, or None."""
