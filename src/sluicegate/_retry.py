@@ -21,8 +21,7 @@ import trio
 
 from ._adaptive import retry_after
 from ._checks import check_seconds
-from ._runner import Drain
-from ._window import current_window
+from ._runner import CURRENT_WINDOW, Drain
 
 __all__ = ["Attempts", "CutShort", "Retry", "attempt"]
 
@@ -214,7 +213,8 @@ async def attempt(
     # Made at the first failure: the path every item takes allocates nothing
     # but its result.
     failures: list[BaseException] | None = None
-    window = current_window()
+    # What current_window() answers, without its call: this runs once per item.
+    window = CURRENT_WINDOW.get()
     # The clock is read only when something needs it: the path every item
     # takes (one attempt, no window object, no budget) stays one `try`.
     timed = window is not None or (retry is not None and retry.timeout is not None)
