@@ -1,7 +1,8 @@
 """The journal as a running service holds it: lookups, and rows committed in groups.
 
 Lookups ("has this key finished?") run on the trio thread, each its own
-short read (a key lookup in a B-tree whose hot pages are cached): no read
+short read (key lookups in a B-tree whose hot pages are cached; several
+keys to a read when several items wait to be admitted): no read
 transaction is held open, so nothing pins the WAL. Rows go into the pending
 batch, and one writer task commits the whole batch at once (group commit):
 at once when someone waits for one of its rows, else once ``_GROUP_ROWS``
