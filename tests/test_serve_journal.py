@@ -319,3 +319,24 @@ async def test_a_key_that_raises_on_a_waiting_item_fails_at_that_item(tmp_path: 
 async def echo_str(name: str) -> str:
     await trio.lowlevel.checkpoint()
     return name
+
+
+async def test_a_channel_shared_with_another_reader_is_read_one_item_at_a_time(
+    tmp_path: Path,
+) -> None:
+    # The other reader must find the items the service has not started.
+    send, receive = trio.open_memory_channel[str](10)
+    for i in range(10):
+        send.send_nowait(str(i))
+    send.close()
+    other = receive.clone()
+    taken_by_other: list[str] = []
+
+    async def run(name: str) -> str:
+        if name == "0":
+            taken_by_other.append(other.receive_nowait())
+        return await echo_str(name)
+
+    report = await serve(receive, run, window=1, key=str, journal=tmp_path / "j.db", signals=())
+    assert taken_by_other == ["1"]
+    assert report.ok == 9

@@ -453,7 +453,10 @@ class _Tickets(Generic[T]):
             taken = ahead.popleft()
             if isinstance(taken, Exception):
                 raise taken
-            if not await service.skipped(taken):
+            skip = await service.skipped(taken)
+            if not ahead:
+                service.landed_since = None  # no looked-up ticket waits any more
+            if not skip:
                 return taken
             # A restart may skip a long run of recorded items: stay
             # cancellable, and let other tasks in, as any loop over items.
@@ -528,8 +531,10 @@ class _Service(Generic[T]):
         # Keys of items running now, with the event a copy fed meanwhile
         # waits on (made only then) before it is looked up like any key.
         self.flights: dict[str, trio.Event | None] = {}
-        # Keys whose run ended since the last look-up: theirs is asked again.
-        self.landed_since: set[str] = set()
+        # Keys whose run ended since the look-up of the tickets the admission
+        # holds (None when it holds none): theirs is asked again. Kept only
+        # while tickets wait, so it never outgrows the window and a batch.
+        self.landed_since: set[str] | None = None
         # A source that binds the run (a SampleSource) hears of skipped items.
         self.binds = isinstance(source, BindsRun)
         self.on_outcome = settings.on_outcome
@@ -556,7 +561,7 @@ class _Service(Generic[T]):
             # Its row may still wait for its commit: commit it now.
             await writer.flush()
             status = _UNKNOWN
-        elif name in self.landed_since:
+        elif self.landed_since is not None and name in self.landed_since:
             # A copy ran since the look-up: what it found may be out of date.
             status = _UNKNOWN
         if status is _UNKNOWN:
@@ -684,7 +689,8 @@ class _Service(Generic[T]):
     def landed(self, ticket: _Ticket[T]) -> None:
         """``ticket``'s run is over: a copy of its key waiting to be looked up may go on."""
         if self.writer is not None and ticket.key is not None:
-            self.landed_since.add(ticket.key)
+            if self.landed_since is not None:
+                self.landed_since.add(ticket.key)
             flight = self.flights.pop(ticket.key, None)
             if flight is not None:
                 flight.set()
@@ -697,7 +703,7 @@ class _Service(Generic[T]):
         for ticket in tickets:
             ticket.status = found.get(ticket.key)  # type: ignore[arg-type]
         # Keys that run from now on may be journaled after this look-up.
-        self.landed_since.clear()
+        self.landed_since = set()
 
     def retrying(self) -> None:
         """Count an extra attempt as it starts: a drain or grace may cut it short later."""
