@@ -5,14 +5,16 @@ answers right is followed by a harder one (one more digit); a wrong answer
 ends that line of questioning. Work grows while the run goes, so the total
 the progress display shows grows too; ``-n`` caps it. The eval reports each
 right rollout to ``on_complete``, so with ``-r 2`` a ladder can branch.
-Run it as a script to evaluate it from Python, or point the command at it:
+Point the command at it:
 
     sluicegate eval examples/adaptive.py:env -n 12 -r 2
+
+or run it as a script, which runs that command with ``-n 5`` and prints what
+it prints (a warning as one plain line, as the command shows it).
 """
 
 from __future__ import annotations
 
-import functools
 import random
 import sys
 from collections.abc import Sequence
@@ -20,7 +22,6 @@ from collections.abc import Sequence
 import trio
 
 from sluicegate import SampleSource, Task
-from sluicegate.eval import evaluate
 
 
 def question(digits: int, rng: random.Random) -> Task:
@@ -65,6 +66,7 @@ env = Adder()
 
 
 if __name__ == "__main__":
+    from sluicegate.cli import main
+
     # At most five tasks; the files go to runs/ under the current directory.
-    report = trio.run(functools.partial(evaluate, env, num_tasks=5, display="plain"))
-    sys.exit(report.exit_status)
+    sys.exit(main(["eval", f"{__file__}:env", "-n", "5", "--display", "plain"]))

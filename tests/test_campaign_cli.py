@@ -465,3 +465,57 @@ def test_trace_records_each_job_with_how_it_ended(env: Env) -> None:
     assert jobs["b"]["args"]["outcome"] == "error"
     assert jobs["b"]["args"]["error"] == "blocked"
     assert {e["tid"] for e in jobs.values()} <= {0, 1}
+
+
+def test_a_drained_rerun_names_the_drain_file_and_undrain_admits_again(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = env.path("runs.log")
+    env.write_plan(
+        [{"key": "a", "options": {"runs": runs}}, {"key": "b", "options": {"runs": runs}}]
+    )
+    env.out.mkdir()
+    drain_file = env.out / "drain-request.json"
+    drain_file.write_text('{"requested": "2026-01-01T00:00:00Z", "reason": "for the test"}')
+    assert run(env, "--no-live") == 0
+    err = capsys.readouterr().err
+    assert read_report(env.out).stop_reason == "drained"
+    assert env.runs() == []
+    assert f"drained: {drain_file} asks to admit nothing (for the test" in err
+    assert "--undrain`" in err
+    assert main(["campaign", "status", str(env.out)]) == 0
+    out = capsys.readouterr().out
+    assert "[drained]" in out and f"{drain_file} asks to admit nothing" in out
+    assert "--undrain` admits again" in out
+    assert run(env, "--no-live", "--undrain") == 0
+    err = capsys.readouterr().err
+    assert f"removed {drain_file}: admitting again" in err
+    assert not drain_file.exists()
+    assert sorted(env.runs()) == ["a", "b"]
+    assert read_report(env.out).stop_reason != "drained"
+
+
+def test_output_that_is_not_a_terminal_keeps_whole_lines(
+    env: Env, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    long_class = "gpu-class-with-a-long-name"
+    keys = [f"a-very-long-candidate-key-name-{n}" for n in range(2)]
+    env.write_plan(
+        [
+            {"key": key, "resource_class": long_class, "options": {"uncertain": True}}
+            for key in keys
+        ],
+        class_limits={long_class: 2},
+    )
+    run(env, "--no-live")
+    capsys.readouterr()
+    assert main(["campaign", "status", str(env.out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (head,) = [line for line in lines if "/ cap " in line]
+    assert f"({long_class} 0/2)" in head and "verified 0/2" in head
+    for key in keys:
+        (row,) = [line for line in lines if line.startswith(key)]
+        assert long_class in row and "uncertain" in row
+        assert row.rstrip().endswith("the job reports its cleanup is uncertain")
+    assert any(line.endswith(f"ledger scope {'/'.join(env.scope())}") for line in lines)

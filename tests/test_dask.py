@@ -22,6 +22,7 @@ import time
 import traceback
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -519,3 +520,48 @@ async def test_cancelling_a_connection_to_a_silent_scheduler_returns_at_once() -
         await trio.testing.wait_all_tasks_blocked()  # connecting, in its thread
         scope.cancel()
     assert scope.cancelled_caught
+
+
+async def test_connecting_says_what_it_waits_for_and_gives_up_after_connect_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="sluicegate")
+    with pytest.raises(OSError, match=r"after 0\.5 s"):
+        async with open_dask("tcp://127.0.0.1:9", connect_timeout=0.5):
+            raise AssertionError("connected to nothing")  # pragma: no cover
+    assert (
+        "connecting to the Dask scheduler at tcp://127.0.0.1:9 (giving up after 0.5 s)"
+        in caplog.messages
+    )
+
+
+async def test_a_bad_connect_timeout_is_refused(dask_address: str) -> None:
+    takes = "connect_timeout must be a finite number of seconds > 0 or None"
+    with pytest.raises(TypeError, match=takes):
+        async with open_dask(dask_address, connect_timeout="5"):  # type: ignore[arg-type]
+            pass
+    with pytest.raises(ValueError, match="connect_timeout must be a finite number of seconds > 0"):
+        async with open_dask(dask_address, connect_timeout=0):
+            pass
+    with (
+        new_client(dask_address) as client,
+        pytest.raises(TypeError, match="connect_timeout only when it connects"),
+    ):
+        async with open_dask(client=client, connect_timeout=5):
+            pass
+
+
+@pytest.mark.timeout(120)
+def test_a_lost_scheduler_fails_the_next_run_after_connect_timeout(tmp_path: Path) -> None:
+    # In a child process: the client closes itself when it gives up.
+    from test_dask_escapes import run_child
+
+    seen = run_child("lost", tmp_path / "marks")
+    assert seen["before"] == [0, 1, 2]
+    assert seen["raised"] == "RemoteCancelled"
+    # Dask's default would have waited 30 s to reconnect.
+    assert seen["waited"] < 15
+    connecting, lost = seen["said"]
+    assert connecting.startswith("connecting to the Dask scheduler at ")
+    assert lost.startswith("lost the Dask scheduler at ")
+    assert lost.endswith(": runs wait for it to come back (giving up after 2 s)")

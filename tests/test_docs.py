@@ -52,7 +52,11 @@ def scratch(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("where", "language", "body"), blocks())
 def test_code_block_runs(where: str, language: str, body: str, tmp_path: Path) -> None:
-    cwd = scratch(tmp_path)
+    run_block(where, language, body, scratch(tmp_path))
+
+
+def run_block(where: str, language: str, body: str, cwd: Path) -> None:
+    """Run one block in ``cwd``: a python script, or a console block's commands in order."""
     if language == "python":
         script = cwd / "block.py"
         script.write_text(body, encoding="utf-8")
@@ -85,3 +89,84 @@ def test_code_block_runs(where: str, language: str, body: str, tmp_path: Path) -
         ran += 1
     if not ran and not commands:
         pytest.fail(f"{where}: a console block with no $ commands")
+
+
+# Pages a reader follows top to bottom in one directory.
+IN_ORDER = ("observe.md", "campaign.md")
+
+
+def ignored(root: Path, names: list[str]) -> list[str]:
+    """Those of ``names`` (relative paths, a trailing / for a directory) .gitignore covers."""
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        cwd=root,
+        input="\n".join(names),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return done.stdout.splitlines()
+
+
+@pytest.mark.parametrize("name", IN_ORDER)
+def test_a_page_can_be_followed_in_order_leaving_only_ignored_files(
+    name: str, tmp_path: Path
+) -> None:
+    cwd = scratch(tmp_path)
+    page = [param.values for param in blocks() if param.values[0].startswith(f"{name}#")]
+    assert page
+    for where, language, body in page:
+        run_block(str(where), str(language), str(body), cwd)
+    left = sorted(
+        f"{path.name}/" if path.is_dir() else path.name
+        for path in cwd.iterdir()
+        if path.name not in ("examples", "block.py")
+    )
+    assert left == sorted(ignored(ROOT, left)), f"{name} leaves untracked files: {left}"
+
+
+def test_the_hang_on_the_observe_page_leaves_the_anomaly_it_shows(tmp_path: Path) -> None:
+    cwd = scratch(tmp_path)
+    text = (ROOT / "docs" / "observe.md").read_text(encoding="utf-8")
+    (hang,) = [body for _, _, body in (p.values for p in blocks()) if "item 7 hangs" in str(body)]
+    run_block("observe.md (the hang)", "python", str(hang), cwd)
+    shown = re.search(r"```text\n\$ (sluicegate trace \S+ --anomalies)\n(.*?)```", text, re.DOTALL)
+    assert shown is not None
+    argv = shlex.split(shown.group(1))
+    done = subprocess.run(
+        [sys.executable, "-m", "sluicegate", *argv[1:]],
+        cwd=cwd,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    expected = shown.group(2).splitlines()
+    got = done.stdout.splitlines()
+    assert got[:3] == expected[:3]
+    assert got[-1] == expected[-1]
+    assert got[3].split()[:3] == ["1", "7", got[3].split()[2]]
+    assert got[3].split()[-1] == "task-7"
+
+
+def test_the_performance_page_says_which_extra_each_bench_command_needs() -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert any(requirement.startswith("nox") for requirement in extras["dev"])
+    peers = {re.split(r"[<>=\[ ]", requirement)[0] for requirement in extras["bench"]}
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    section = " ".join(page.split("## Running the benchmark")[1].split("\n## ")[0].split())
+    assert "nox, which the `dev` extra brings" in section
+    assert "pip install -e '.[bench]'" in section
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        source = script.read_text(encoding="utf-8")
+        needs = [peer for peer in peers if re.search(rf"^\s*import {peer}\b", source, re.M)]
+        if needs:
+            assert f"bench/{script.name}" in section, f"{script.name} needs {needs}: say so"
+            for peer in needs:
+                assert peer in section, f"{script.name} needs {peer}: say so"

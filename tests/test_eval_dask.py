@@ -395,3 +395,40 @@ def test_eval_dask_local_drains_on_sigint_and_resumes(tmp_path: Path) -> None:
     keys = sorted(int(row["task_id"]) for row in rows(out) if row["status"] == "ok")
     assert keys == list(range(1, 13))
     assert record(out)["counts"]["resumed"] == len(before)
+
+
+def test_a_rollout_raising_system_exit_fails_the_run_as_it_does_locally(tmp_path: Path) -> None:
+    # Dask lets a SystemExit kill its worker; the rollout's own failure must
+    # come back instead, and be judged as a local run judges it.
+    target = f"{ENVS / 'base_exit.py'}:env"
+    argv = (target, "-c", "2", "--display", "none")
+    here = sluicegate(tmp_path, *argv, "-o", "here")
+    there = sluicegate(tmp_path, *argv, "-o", "there", "--dask", "local")
+    assert here.returncode == there.returncode == 1, there.stderr
+    assert "sluicegate eval: failed: SystemExit: 4" in there.stderr
+    assert "KilledWorker" not in there.stderr
+    assert record(tmp_path / "there")["error"] == record(tmp_path / "here")["error"]
+
+
+def test_an_unreachable_scheduler_is_named_at_once_and_given_up_after_dask_timeout(
+    tmp_path: Path,
+) -> None:
+    # Nothing listens on port 9: without --dask-timeout Dask would wait 30 s in silence.
+    argv = (ARITHMETIC, "-n", "2", "--display", "plain", "-o", "out")
+    done = sluicegate(tmp_path, *argv, "--dask", "tcp://127.0.0.1:9", "--dask-timeout", "0.5")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == (
+        "sluicegate eval: connecting to the Dask scheduler at tcp://127.0.0.1:9 "
+        "(giving up after 0.5 s)"
+    )
+    assert lines[-1].startswith(
+        "sluicegate eval: error: --dask: cannot connect to tcp://127.0.0.1:9"
+    )
+    assert "after 0.5 s" in lines[-1]
+    refused = sluicegate(tmp_path, *argv, "--dask", "local", "--dask-timeout", "1")
+    assert refused.returncode == 2
+    assert "--dask-timeout needs --dask ADDRESS" in refused.stderr
+    bad = sluicegate(tmp_path, *argv, "--dask", "tcp://127.0.0.1:9", "--dask-timeout", "0")
+    assert bad.returncode == 2
+    assert "--dask-timeout: must be a number of seconds > 0" in bad.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,26 @@ def test_example_runs(example: Path, tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, f"{example.name} failed:\n{done.stdout}\n{done.stderr}"
+    # A warning is one plain line, as the command shows it, not Python's two
+    # (a path into the package, then the `warnings.warn(` source line).
+    raw = re.compile(r"^.*\.py:\d+: \w*Warning: ", re.MULTILINE)
+    assert not raw.search(done.stderr), f"{example.name} printed a raw warning:\n{done.stderr}"
+    # Run from the repository root, what it leaves behind must not show as untracked.
+    left = sorted(f"{p.name}/" if p.is_dir() else p.name for p in tmp_path.iterdir())
+    assert left == ignored(left), f"{example.name} leaves files .gitignore does not cover: {left}"
+
+
+def ignored(names: list[str]) -> list[str]:
+    """Those of ``names`` (relative paths, a trailing / for a directory) .gitignore covers."""
+    if not names:
+        return []
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        cwd=ROOT,
+        input="\n".join(names),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return sorted(done.stdout.splitlines())

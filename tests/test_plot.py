@@ -93,3 +93,37 @@ def test_plot_command_names_the_file_it_wrote(
         assert capsys.readouterr().out == f"wrote {tmp_path / written}\n"
         assert (tmp_path / written).is_file()
     assert not (tmp_path / "noext").exists()
+
+
+def test_dollar_signs_in_names_are_text_not_tex(tmp_path: Path) -> None:
+    import json
+
+    import matplotlib
+
+    write_eval_run(tmp_path, 20, error_every=0, environment="regex $^ vs ^$")
+    path = tmp_path / "results.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for number, row in enumerate(rows):
+        row["score"] = {"sums of $2+$3": number / 20, "plain": 1.0}
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    # Text kept as text in the SVG, so that the test can read it.
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        assert main(["plot", str(tmp_path), "-o", str(tmp_path / "t.svg")]) == 0
+    drawn = (tmp_path / "t.svg").read_text(encoding="utf-8")
+    assert "regex $^ vs ^$" in drawn
+    assert "sums of $2+$3" in drawn
+
+
+def test_the_title_says_when_a_session_left_no_timeline(tmp_path: Path) -> None:
+    import json
+
+    import matplotlib
+
+    write_eval_run(tmp_path, 10)
+    record = json.loads((tmp_path / "run.json").read_text())
+    record["sessions"] = [{}, {}]  # resumed once, without --trace
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        assert main(["plot", str(tmp_path), "-o", str(tmp_path / "t.svg")]) == 0
+    drawn = (tmp_path / "t.svg").read_text(encoding="utf-8")
+    assert "timeline of 1 of 2 sessions (the traced ones)" in drawn

@@ -408,3 +408,86 @@ def test_anomalies_leave_out_runs_a_later_session_ran_again(
     assert main(["trace", str(tmp_path), "--anomalies"]) == 0
     out = capsys.readouterr().out
     assert "no anomalies: every run that started finished (2 unfinished in an earlier" in out
+
+
+def rewrite_rows(directory: Path, change: Any) -> None:
+    """Apply ``change(number, row)`` to every row of ``directory``'s results.jsonl."""
+    path = directory / "results.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for number, row in enumerate(rows):
+        change(number, row)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+LONE = "bad\ud800id"
+
+
+def write_run_with_lone_surrogates(directory: Path) -> None:
+    """A run whose task ids and error messages hold lone surrogates, as eval writes them."""
+    from observe_runs import Planned, record_trace
+
+    write_eval_run(directory, 12, trace=False)
+
+    def change(number: int, row: dict[str, Any]) -> None:
+        if number == 0:
+            row["task_id"] = LONE
+        if row["error"] is not None:
+            row["error"]["message"] = "message \udcff here"
+
+    rewrite_rows(directory, change)
+    plan = [
+        Planned(LONE if n == 0 else f"t{n}", 0, 0.5, "oops \udcff" if n == 5 else None)
+        for n in range(12)
+    ]
+    record_trace(directory, plan, 4)
+
+
+def test_plot_and_the_report_pictures_of_a_run_with_lone_surrogates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sluicegate.report._svg import timeline_svg
+
+    write_run_with_lone_surrogates(tmp_path)
+    svg = timeline_svg(Timeline.read(tmp_path))
+    assert "bad\\ud800id #0" in svg.encode("utf-8").decode("utf-8")
+    assert main(["plot", str(tmp_path), "-o", str(tmp_path / "t.svg")]) == 0
+    assert main(["plot", str(tmp_path)]) == 0
+    assert png_size(tmp_path / "timeline.png")[0] > 900
+
+
+def test_report_of_a_run_with_lone_surrogates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_run_with_lone_surrogates(tmp_path)
+    assert main(["report", str(tmp_path)]) == 0, capsys.readouterr().err
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "bad\\ud800id" in page
+
+
+def test_plot_and_report_of_scores_whose_range_overflows_a_float(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sluicegate.report._svg import histograms_svg
+
+    write_eval_run(tmp_path, 20, error_every=0)
+
+    def change(number: int, row: dict[str, Any]) -> None:
+        row["score"] = {0: 1.5e308, 1: -1.5e308}.get(number, 0.0)
+
+    rewrite_rows(tmp_path, change)
+    assert main(["plot", str(tmp_path)]) == 0, capsys.readouterr().err
+    assert png_size(tmp_path / "timeline.png")[0] > 1100  # the score panel is there
+    svg = histograms_svg({"big": [1.5e308, -1.5e308, 0.0, 0.0]})
+    assert "<title>-1.5e+308 to -1.35e+308: 1</title>" in svg
+    assert "<title>1.35e+308 to 1.5e+308: 1</title>" in svg
+    assert ": 2</title>" in svg
+    assert main(["report", str(tmp_path)]) == 0, capsys.readouterr().err
+
+
+def test_the_report_timeline_says_when_a_session_left_none(tmp_path: Path) -> None:
+    from sluicegate.report._svg import timeline_svg
+
+    write_eval_run(tmp_path, 10)
+    timelines = Timeline.read(tmp_path)
+    assert "sessions (the traced ones)" not in timeline_svg(timelines, sessions=1)
+    assert "timeline of 1 of 2 sessions (the traced ones)" in timeline_svg(timelines, sessions=2)

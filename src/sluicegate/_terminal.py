@@ -12,9 +12,33 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-__all__ = ["messages"]
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["messages", "output_console"]
+
+# Wide enough that no line of a report wraps or has a cell cut short.
+_UNWRAPPED = 10_000
+
+
+def output_console() -> Console:
+    """A rich console for a command's standard output.
+
+    On a terminal, the terminal's width. Otherwise (a file, a pipe, a CI
+    log) whole lines, never wrapped at rich's default 80 columns nor cut
+    with an ellipsis, so that a reader or ``grep`` sees each line whole; a
+    ``COLUMNS`` set in the environment still wins.
+    """
+    import os
+
+    from rich.console import Console
+
+    console = Console()
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console
+    return Console(width=_UNWRAPPED)
 
 
 class _ToStderr(logging.Handler):

@@ -64,7 +64,10 @@ def dumps(data: Any, indent: int | None = None) -> str:
     else:
         text = json.dumps(data, ensure_ascii=False, allow_nan=False, indent=indent)
     text.encode("utf-8")
-    return text.translate(_BREAKS)
+    # translate() walks the whole text; most texts hold none of the three.
+    if "\u2028" in text or "\u2029" in text or "\x85" in text:
+        return text.translate(_BREAKS)
+    return text
 
 
 def safe_repr(value: object) -> str:
@@ -155,7 +158,8 @@ def encode(
         TypeError: ``cap`` is not an int.
         ValueError: ``cap`` is below 1.
     """
-    check_count(cap, "cap", minimum=1)
+    if type(cap) is not int or cap < 1:
+        check_count(cap, "cap", minimum=1)  # raises, in the shared wording
     # The common values skip the converter and the JSON text: a short string
     # (even with every character escaped as \uXXXX) or number is its own data.
     # (Any finite float or short int has a JSON text of at most 24 characters.)

@@ -148,18 +148,19 @@ def _campaign_run(args: argparse.Namespace) -> int:
     import signal
 
     import trio
-    from rich.console import Console
 
     from .._runner import Drain
     from .._signals import drain_on_signals
-    from .._terminal import messages
+    from .._terminal import messages, output_console
     from ._launch import TERMINATE_GRACE_S
     from ._outdir import CampaignError
     from ._scheduler import run_campaign
     from ._view import LiveView, PlainView, render
 
-    console = Console()
+    console = output_console()
     display = args.display or ("rich" if console.is_terminal else "plain")
+    if args.undrain:
+        _undrain(args.outdir)
 
     def on_signal(sig: signal.Signals, count: int) -> None:
         if count == 1:
@@ -214,6 +215,8 @@ def _campaign_run(args: argparse.Namespace) -> int:
         return 130
     if display != "none":
         console.print(render(report, rows=True))
+    if report.stop_reason == "drained":
+        _say_why_drained(args)
     if report.stop_reason == "reconciliation_required":
         keys = ", ".join(r.key for r in report.rows if r.status == "uncertain")
         print(
@@ -223,6 +226,44 @@ def _campaign_run(args: argparse.Namespace) -> int:
         )
         return _RECONCILE_STATUS
     return 0
+
+
+def _undrain(outdir: Path) -> None:
+    """``--undrain``: remove the drain file, saying so, before the run starts."""
+    from ._outdir import DRAIN_FILE
+
+    try:
+        (outdir / DRAIN_FILE).unlink()
+    except FileNotFoundError:
+        return
+    print(f"sluicegate: removed {outdir / DRAIN_FILE}: admitting again", file=sys.stderr)
+
+
+def _drain_file(outdir: Path) -> str | None:
+    """What ``OUTDIR/drain-request.json`` asks, if it is there."""
+    from ._convert import load_json
+    from ._outdir import DRAIN_FILE, DrainRequest
+
+    path = outdir / DRAIN_FILE
+    if not path.exists():
+        return None
+    try:
+        request = load_json(path, DrainRequest)
+        why = f" ({request.reason}, {request.requested})"
+    except (CampaignFileError, OSError):
+        why = ""
+    return f"{path} asks to admit nothing{why}; it stays until removed, so a rerun admits nothing"
+
+
+def _say_why_drained(args: argparse.Namespace) -> None:
+    """Name the drain file that stopped the run, and how to go on; nothing for a signal."""
+    asks = _drain_file(args.outdir)
+    if asks is None:
+        return  # drained by a signal: this invocation only
+    again = " ".join(
+        ["sluicegate campaign run", str(args.plan), str(args.outdir), "--ledger", str(args.ledger)]
+    )
+    print(f"sluicegate: drained: {asks} either. To continue: `{again} --undrain`", file=sys.stderr)
 
 
 def _found_report(outdir: Path) -> Report | None:
@@ -244,15 +285,16 @@ def _campaign_drain(args: argparse.Namespace) -> int:
         return _error(exc)
     print(
         f"wrote {path}; a running controller sees it within {DRAIN_POLL_S} s and admits "
-        "nothing more (running jobs finish); remove it to admit again"
+        "nothing more (running jobs finish); `campaign run ... --undrain` (or removing "
+        "the file) admits again"
     )
     return 0
 
 
 def _campaign_status(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.text import Text
 
+    from .._terminal import output_console
     from ._convert import dump_json
     from ._outdir import CampaignError, is_locked, read_report
     from ._view import render
@@ -265,7 +307,7 @@ def _campaign_status(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(dump_json(report))
         return 0
-    console = Console()
+    console = output_console()
     console.print(render(report, rows=True, controller=locked))
     if locked is None:
         state = "whether a controller is running cannot be told here (no fcntl)"
@@ -273,6 +315,9 @@ def _campaign_status(args: argparse.Namespace) -> int:
         state = "a controller is running" if locked else "no controller is running"
     scope = f"; ledger scope {report.ledger_scope}" if report.ledger_scope else ""
     console.print(Text(f"{state}; report written {report.updated}{scope}"))
+    asks = _drain_file(args.outdir)
+    if asks is not None:
+        console.print(Text(f"{asks} (`campaign run ... --undrain` admits again)"))
     return 0
 
 
@@ -330,6 +375,12 @@ def _register_campaign(commands: Any, help: str) -> None:
         "--allow-upgrade",
         action="store_true",
         help="continue a campaign started by another sluicegate version or source",
+    )
+    run.add_argument(
+        "--undrain",
+        action="store_true",
+        help="remove OUTDIR/drain-request.json (left by `campaign drain`) first, so that "
+        "the run admits jobs again",
     )
     run.add_argument(
         "--trace",

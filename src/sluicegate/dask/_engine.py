@@ -40,6 +40,63 @@ _dumps: Callable[[object], bytes] = _untyped_dumps
 _CANCELLED = (concurrent.futures.CancelledError, asyncio.CancelledError)
 
 
+class CarriedBaseException(Exception):
+    """A ``BaseException`` that is not an ``Exception``, carried from a worker to the caller.
+
+    Private to the bridge: the worker raises it in place of what ``fn``
+    raised (see :meth:`RemoteCall.__call__`), and the caller's side raises
+    :meth:`rebuild` instead. It holds the original's class and ``args``
+    (its ``repr()`` alone when they do not pickle), so it always pickles.
+    """
+
+    def __init__(self, kind: type[BaseException] | None, args: tuple[Any, ...], text: str) -> None:
+        # Exceptions pickle as their class and args: all three go there.
+        super().__init__(kind, args, text)
+        self.kind = kind
+        self.carried_args = args
+        self.text = text
+
+    @classmethod
+    def of(cls, exc: BaseException) -> CarriedBaseException:
+        kind: type[BaseException] | None = type(exc)
+        args = exc.args
+        # Dask's pickler logs what it cannot pickle at ERROR: here that is
+        # a question, not a failure.
+        with _quiet_here(_PICKLE_LOGGER):
+            try:
+                _dumps(args)
+            except Exception:
+                args = (str(exc),)
+            try:
+                _dumps(kind)
+            except Exception:
+                kind = None  # a class the caller could not import either
+        return cls(kind, args, repr(exc))
+
+    def __repr__(self) -> str:
+        # What Dask's "Compute Failed" log line shows: the user's exception.
+        return self.text
+
+    __str__ = __repr__
+
+    def rebuild(self) -> BaseException:
+        """What ``fn`` raised, as its own type; a cancellation as :class:`RemoteCancelled`.
+
+        A ``trio.Cancelled`` or ``asyncio.CancelledError`` raised again here
+        would look like a cancellation of the caller's own scope.
+        """
+        kind = self.kind
+        if kind is None:
+            # As Dask sends an exception that does not pickle.
+            return Exception(self.text)
+        if issubclass(kind, (trio.Cancelled, *_CANCELLED)):
+            return RemoteCancelled(f"the remote function raised {self.text} on its worker")
+        try:
+            return kind(*self.carried_args)
+        except Exception:
+            return Exception(self.text)
+
+
 class RemoteCancelled(Exception):
     """A run's work was cancelled on the cluster by something other than sluicegate.
 
@@ -70,7 +127,8 @@ class RemoteCall:
     A plain ``fn`` runs in the worker's thread pool, as any Dask task. If
     calling ``fn`` returns a coroutine (``fn`` is an ``async def``), the
     coroutine runs to completion under ``trio.run`` in that same worker
-    thread.
+    thread. A ``BaseException`` that is not an ``Exception`` leaves as a
+    :class:`CarriedBaseException`, which the caller's side turns back.
     """
 
     __slots__ = ("fn",)
@@ -79,10 +137,24 @@ class RemoteCall:
         self.fn = fn
 
     def __call__(self, item: Any) -> Any:
-        result = self.fn(item)
-        if inspect.iscoroutine(result):
-            return trio.run(_await, result)
-        return result
+        try:
+            result = self.fn(item)
+            if inspect.iscoroutine(result):
+                return trio.run(_await, result)
+            return result
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                raise
+            # Dask lets a KeyboardInterrupt or SystemExit through on purpose:
+            # it closes the event loop of an in-process cluster (which the
+            # client shares) and kills a worker process, so the item would
+            # come back as KilledWorker, or never. Here it is only fn's answer
+            # for this item: it crosses as an Exception and is raised again,
+            # as its own type, on the caller's side.
+            carried = CarriedBaseException.of(exc).with_traceback(exc.__traceback__)
+        # Raised out here, with no __context__: Dask pickles that too (with
+        # tblib), and the original may not pickle.
+        raise carried
 
     def __repr__(self) -> str:
         return f"RemoteCall({self.fn!r})"
@@ -92,8 +164,12 @@ class RemoteCall:
 class DaskEngine:
     """Submits through a :class:`distributed.Client` whose loop runs in its own thread."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, *, reconnect_limit: str | None = None) -> None:
         self._client = client
+        # How long the client waits for a lost scheduler, for the log line
+        # that says so (None: not ours to tell, a caller's own client).
+        self._reconnect_limit = reconnect_limit
+        self._said_reconnecting = False
         loop = client.loop
         assert loop is not None, "a Client has its loop from construction on"
         self._loop = loop
@@ -113,6 +189,7 @@ class DaskEngine:
     def submit(
         self, call: Any, items: Sequence[Any], done: Sequence[Done], *, again: bool = False
     ) -> list[Future[Any]]:
+        self._tell_reconnecting()
         if again:
             # Dask logged the batch's pickling failure with a full traceback
             # at ERROR; the item failing again here raises a clean TypeError
@@ -123,6 +200,22 @@ class DaskEngine:
             futures = self._client.map(call, items, key=funcname(call.fn), pure=False)
         self._loop.add_callback(self._watch, futures, done)
         return futures
+
+    def _tell_reconnecting(self) -> None:
+        """Say at once, once per loss, that runs now wait for a lost scheduler to return."""
+        if self._client.status != "connecting":
+            self._said_reconnecting = False
+            return
+        if self._said_reconnecting or self._reconnect_limit is None:
+            return
+        self._said_reconnecting = True
+        scheduler = self._client.scheduler
+        address = scheduler.address if scheduler is not None else "its address"
+        logger.warning(
+            "lost the Dask scheduler at %s: runs wait for it to come back (giving up after %s)",
+            address,
+            self._reconnect_limit,
+        )
 
     def cancel(self, handles: Sequence[Any]) -> None:
         # On the loop thread client.cancel returns a coroutine, which the loop
@@ -180,6 +273,8 @@ async def _outcome(future: Future[Any]) -> outcome.Outcome[Any]:
     try:
         error = await waiting.exception()
         if error is not None:
+            if isinstance(error, CarriedBaseException):
+                error = error.rebuild()
             return outcome.Error(error.with_traceback(await waiting.traceback()))
         return outcome.Value(await waiting.result())
     except _CANCELLED as exc:

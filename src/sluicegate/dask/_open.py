@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from contextlib import asynccontextmanager
@@ -10,10 +11,13 @@ from typing import Any, Generic, TypeVar, final, overload
 import trio
 from distributed import Client, LocalCluster
 
+from .._checks import check_seconds
 from ._bridge import Bridge
 from ._engine import DaskEngine
 
 __all__ = ["DaskBridge", "RemoteRun", "open_dask"]
+
+logger = logging.getLogger("sluicegate")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -48,6 +52,11 @@ class RemoteRun(Generic[T, R]):
                 cancelled the work; what sending the item raised (an item
                 that cannot be pickled); Dask's ``TypeError`` for a result
                 that cannot be pickled.
+            BaseException: a ``KeyboardInterrupt``, ``SystemExit`` or other
+                ``BaseException`` that ``fn`` raised, as its own type with
+                its arguments; the worker carries on (a ``trio.Cancelled``
+                or ``asyncio.CancelledError`` from ``fn`` arrives as
+                :class:`~sluicegate.dask.RemoteCancelled`).
             RuntimeError: if its ``open_dask()`` block has ended.
         """
         result: R = await self._bridge.call(self._call, item)
@@ -117,7 +126,15 @@ class DaskBridge:
         return f"<DaskBridge {self._client!r}>"
 
 
-def _check(address: object, client: object, cluster_kwargs: dict[str, Any]) -> None:
+def _check(
+    address: object, client: object, connect_timeout: object, cluster_kwargs: dict[str, Any]
+) -> None:
+    timeout = check_seconds(connect_timeout, "connect_timeout", zero=False, none=True)
+    if timeout is not None and client is not None:
+        raise TypeError(
+            "open_dask() takes connect_timeout only when it connects: a client you pass "
+            "is connected already"
+        )
     if address is not None and client is not None:
         raise ValueError("open_dask() takes an address or a client, not both")
     if address is not None and not isinstance(address, str):
@@ -139,6 +156,7 @@ async def open_dask(
     address: str | None = None,
     *,
     client: Client | None = None,
+    connect_timeout: float | None = None,
     **cluster_kwargs: Any,
 ) -> AsyncIterator[DaskBridge]:
     """Use a Dask cluster for the length of an ``async with`` block.
@@ -148,6 +166,11 @@ async def open_dask(
     ``processes``, ...) and close it when the block ends. With ``address``,
     connect to the scheduler running there and disconnect at the end, leaving
     the cluster up. With ``client``, use that client and leave it open.
+
+    Connecting to ``address`` is logged (logger ``sluicegate``, INFO) as it
+    starts, naming the address and how long it may take: a scheduler that
+    does not answer is waited for ``connect_timeout`` seconds, and so is
+    one lost later, when the client tries to reconnect.
 
     Starting and closing a cluster or a client happens in a worker thread,
     so trio is not blocked; the close-out is shielded from cancellation.
@@ -162,20 +185,26 @@ async def open_dask(
         address: A scheduler address, such as ``"tcp://10.0.0.5:8786"``.
         client: A :class:`distributed.Client` the caller owns (its loop
             running in its own thread, as ``Client(...)`` gives).
+        connect_timeout: Seconds to wait for the scheduler, when connecting
+            and when reconnecting after losing it. None (the default) is
+            Dask's ``distributed.comm.timeouts.connect`` setting: 30 s
+            unless configured otherwise.
         **cluster_kwargs: Keyword arguments for the embedded ``LocalCluster``.
 
     Yields:
         A :class:`DaskBridge`: ``.client`` and ``.remote(fn)``.
 
     Raises:
-        ValueError: if both ``address`` and ``client`` are given, or
-            ``client`` is closed.
+        ValueError: if both ``address`` and ``client`` are given,
+            ``client`` is closed, or ``connect_timeout`` is not > 0.
         TypeError: for an ``address`` that is not a string, a ``client`` that
-            is not a ``distributed.Client``, or ``cluster_kwargs`` alongside
-            either. All checked before anything is started.
+            is not a ``distributed.Client``, a ``connect_timeout`` that is
+            not a number or comes with ``client``, or ``cluster_kwargs``
+            alongside an address or a client. All checked before anything
+            is started.
         Exception: what starting the cluster or connecting raised.
     """
-    _check(address, client, cluster_kwargs)
+    _check(address, client, connect_timeout, cluster_kwargs)
     if client is not None:
         bridge = Bridge(DaskEngine(client))
         try:
@@ -183,7 +212,10 @@ async def open_dask(
         finally:
             bridge.close()
         return
-    connecting = _Connecting(address, cluster_kwargs)
+    limit = f"{connect_timeout:g} s" if connect_timeout is not None else _default_connect_timeout()
+    if address is not None:
+        logger.info("connecting to the Dask scheduler at %s (giving up after %s)", address, limit)
+    connecting = _Connecting(address, connect_timeout, cluster_kwargs)
     try:
         # Abandoned on cancellation: a scheduler that does not answer would
         # otherwise hold the caller for Dask's whole connect timeout (30 s).
@@ -193,7 +225,7 @@ async def open_dask(
     except trio.Cancelled:
         connecting.abandon()
         raise
-    bridge = Bridge(DaskEngine(own_client))
+    bridge = Bridge(DaskEngine(own_client, reconnect_limit=limit))
     try:
         yield DaskBridge(own_client, bridge)
     finally:
@@ -207,14 +239,23 @@ _new_client: Callable[..., Client] = Client
 _new_cluster: Callable[..., LocalCluster] = LocalCluster
 
 
+def _default_connect_timeout() -> str:
+    import dask.config
+
+    setting = "distributed.comm.timeouts.connect"
+    return f"{dask.config.get(setting)}: Dask's {setting}"
+
+
 def _connect(
-    address: str | None, cluster_kwargs: dict[str, Any]
+    address: str | None, connect_timeout: float | None, cluster_kwargs: dict[str, Any]
 ) -> tuple[LocalCluster | None, Client]:
+    # Client's own default for timeout is a sentinel: pass it only when set.
+    timeout: dict[str, Any] = {} if connect_timeout is None else {"timeout": connect_timeout}
     if address is not None:
-        return None, _new_client(address)
+        return None, _new_client(address, **timeout)
     cluster = _new_cluster(**cluster_kwargs)
     try:
-        return cluster, _new_client(cluster)
+        return cluster, _new_client(cluster, **timeout)
     except BaseException:
         _close(cluster)
         raise
@@ -228,15 +269,18 @@ class _Connecting:
     had already finished when the caller gave up.
     """
 
-    def __init__(self, address: str | None, cluster_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, address: str | None, connect_timeout: float | None, cluster_kwargs: dict[str, Any]
+    ) -> None:
         self._address = address
+        self._connect_timeout = connect_timeout
         self._cluster_kwargs = cluster_kwargs
         self._lock = threading.Lock()
         self._abandoned = False
         self._made: tuple[LocalCluster | None, Client] | None = None
 
     def connect(self) -> tuple[LocalCluster | None, Client]:
-        made = _connect(self._address, self._cluster_kwargs)
+        made = _connect(self._address, self._connect_timeout, self._cluster_kwargs)
         with self._lock:
             if not self._abandoned:
                 self._made = made

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
+import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,13 @@ def _seconds(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+
+
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
 
 
 def register(commands: Any) -> None:
@@ -166,6 +176,13 @@ def register(commands: Any) -> None:
         "run, else the scheduler's address (needs the dask extra; TARGET must not be a "
         "SampleSource)",
     )
+    add(
+        "--dask-timeout",
+        type=_positive_seconds,
+        metavar="S",
+        help="with --dask ADDRESS: seconds to wait for the scheduler, when connecting and when "
+        "reconnecting after losing it (default: Dask's distributed.comm.timeouts.connect, 30)",
+    )
     parser.add_argument(
         "--trace",
         action="store_true",
@@ -238,7 +255,8 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         "task_args": None if args.task_args is None else _task_args(args.task_args),
     }
     display = args.display or ("rich" if sys.stdout.isatty() else "plain")
-    # For this session only: run.json records none of these, so a resume may differ.
+    # For this session only: run.json records none of these but --trace, so a
+    # resume may differ (a traced run stays traced).
     this_session: dict[str, Any] = {"display": display}
     if args.trace:
         this_session["trace"] = True
@@ -263,6 +281,8 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         settings = {
             key: getattr(recorded, key) if value is None else value for key, value in given.items()
         }
+        if recorded.trace:
+            this_session["trace"] = True
     return {
         "env": args.target,
         "output_dir": args.resume,
@@ -272,12 +292,32 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def _dask_timeout(args: argparse.Namespace) -> Iterator[None]:
+    """``--dask-timeout`` in force for the run: set where the connection is made."""
+    if args.dask_timeout is None:
+        yield
+        return
+    if args.dask is None or args.dask == "local":
+        raise UsageError("--dask-timeout needs --dask ADDRESS: it is how long to wait for it")
+    try:
+        from ._dask import CONNECT_TIMEOUT
+    except ImportError:
+        raise UsageError("--dask needs Dask distributed: pip install 'sluicegate[dask]'") from None
+    token = CONNECT_TIMEOUT.set(args.dask_timeout)
+    try:
+        yield
+    finally:
+        CONNECT_TIMEOUT.reset(token)
+
+
 def handle(args: argparse.Namespace) -> int:
     """Run ``sluicegate eval`` for parsed ``args``; returns the exit status."""
     with messages("sluicegate eval"):
         try:
             settings = arguments(args)
-            report = trio.run(functools.partial(evaluate, **settings, signals=True))
+            with _dask_timeout(args):
+                report = trio.run(functools.partial(evaluate, **settings, signals=True))
         except UsageError as exc:
             print(f"sluicegate eval: error: {exc}", file=sys.stderr)
             return 2

@@ -81,6 +81,8 @@ class EvalConfig:
         reduce: ``--reduce``: the reducers over each task's rollouts.
         pass_threshold: ``--pass-threshold``: the score at which a rollout
             counts as correct for ``pass_at_K`` and ``at_least_K``.
+        trace: ``--trace``: the sessions record their timeline in the
+            output directory (``sluicegate eval --resume`` keeps recording).
     """
 
     target: str | None = None
@@ -99,6 +101,7 @@ class EvalConfig:
     task_args: dict[str, Any] = attrs.field(factory=dict)
     reduce: tuple[str, ...] = ()
     pass_threshold: float = 1.0
+    trace: bool = False
     retry_types: tuple[type[Exception], ...] = attrs.field(default=(), eq=False, repr=False)
 
     def retry(self) -> Retry | None:
@@ -284,6 +287,7 @@ def configure(
     task_args: Mapping[str, Any] | None = None,
     reduce: Iterable[str] = (),
     pass_threshold: float = 1.0,
+    trace: bool = False,
 ) -> EvalConfig:
     """Check every setting and build the run's config; nothing happens before this passes.
 
@@ -316,6 +320,7 @@ def configure(
         task_args=task_arguments(task_args),
         reduce=_reducers(reduce),
         pass_threshold=_score_floor("--pass-threshold", pass_threshold, "--pass-threshold"),
+        trace=trace,
         retry_types=retry_types,
     )
 

@@ -23,6 +23,7 @@ optional.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import hashlib
 import logging
@@ -52,12 +53,19 @@ from ._target import Parts, file_of, resolve_target
 if TYPE_CHECKING:
     from ._slots import Slot
 
-__all__ = ["LOCAL", "RemoteAttempt", "check", "dask_setup", "on_dask", "unpack"]
+__all__ = ["CONNECT_TIMEOUT", "LOCAL", "RemoteAttempt", "check", "dask_setup", "on_dask", "unpack"]
 
 logger = logging.getLogger("sluicegate")
 
 # `--dask local`: an embedded LocalCluster for the length of the evaluation.
 LOCAL = "local"
+
+# `--dask-timeout`: seconds to wait for the scheduler at a `--dask ADDRESS`
+# (None: open_dask's default). The command sets it around its trio.run;
+# from Python, pass evaluate() a bridge opened with connect_timeout= instead.
+CONNECT_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "sluicegate_dask_connect_timeout", default=None
+)
 
 # What Dask pickles with (pickle, then cloudpickle for what pickle refuses,
 # such as classes defined in __main__); Dask leaves both untyped.
@@ -315,7 +323,8 @@ async def on_dask(
     ``"local"`` starts an embedded ``LocalCluster`` with threads for
     ``concurrency`` rollouts, closed at the end; another string is a
     scheduler address; a :class:`~sluicegate.dask.DaskBridge` is used as it
-    is. A file target is uploaded to the workers, except to the embedded
+    is; a scheduler address is waited for :data:`CONNECT_TIMEOUT` seconds.
+    A file target is uploaded to the workers, except to the embedded
     cluster, which reads it where it is; a warning says when another
     cluster has fewer threads than ``concurrency``. Each attempt may run
     ``limit`` seconds on its worker (None: no limit).
@@ -334,7 +343,11 @@ async def on_dask(
         if isinstance(dask, DaskBridge):
             bridge = dask
         else:
-            cluster = open_dask(**_local_cluster(concurrency)) if dask == LOCAL else open_dask(dask)
+            cluster = (
+                open_dask(**_local_cluster(concurrency))
+                if dask == LOCAL
+                else open_dask(dask, connect_timeout=CONNECT_TIMEOUT.get())
+            )
             try:
                 bridge = await stack.enter_async_context(cluster)
             except Exception as exc:

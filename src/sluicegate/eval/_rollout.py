@@ -12,7 +12,6 @@ cluster hands :class:`Rollouts` its own ``attempt``.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -111,14 +110,34 @@ class Rollouts:
             # error row nor worth a retry.
             raise _Fatal(exc) from None
 
+    def _ended(self, last_start: float, result: outcome.Value[Scored] | outcome.Error) -> float:
+        """When the last attempt ended: now, or for one ``--timeout`` stopped, its deadline.
+
+        With many rollouts in flight, a cancellation can reach an attempt
+        well after its deadline (the loop busy with the others, the
+        attempt's own clean-up): that wait is not the attempt's time.
+        """
+        now = trio.current_time()
+        if self.timeout is not None and isinstance(result, outcome.Error):
+            error = result.error
+            if isinstance(error, TimeoutError) and isinstance(error.__cause__, trio.TooSlowError):
+                return min(now, last_start + self.timeout)
+        return now
+
     async def __call__(self, slot: Slot) -> RolloutRow | None:
         started_at = datetime.now(UTC)
-        start = trio.current_time()
+        start = last_start = trio.current_time()
+
+        async def once() -> Scored:
+            nonlocal last_start
+            last_start = trio.current_time()
+            return await self._once(slot)
+
         self.tally.running += 1
         try:
             with rollout_of(slot.rollout):
                 tried = await attempt(
-                    functools.partial(self._once, slot),
+                    once,
                     retry=self.retry,
                     limit=self.timeout,
                     drain=self.drain,
@@ -130,7 +149,7 @@ class Rollouts:
             raise fatal.error from None
         finally:
             self.tally.running -= 1
-        duration = trio.current_time() - start
+        duration = self._ended(last_start, tried.result) - start
         earlier = tuple(ErrorInfo.of(exc) for exc in tried.earlier)
         sample = sample_of(slot.task)
         if isinstance(tried.result, outcome.Value):

@@ -530,6 +530,7 @@ async def evaluate(
         reduce=reduce,
         pass_threshold=pass_threshold,
         task_args=task_args,
+        trace=trace is True,  # recorded in run.json, so that a resume traces too
     )
     try:
         record, tally = await _session(setup, shown, drain, signals, trace, dask)

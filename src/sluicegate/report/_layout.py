@@ -5,6 +5,7 @@ The colours are documented in docs/observe.md; keep the two in step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Final, Literal
 
@@ -12,7 +13,7 @@ import attrs
 
 from .._trace import Mark, Span, Timeline
 
-__all__ = ["COLOURS", "MARKS", "Placed", "flight_columns", "place"]
+__all__ = ["COLOURS", "MARKS", "Placed", "flight_columns", "place", "score_bins"]
 
 COLOURS: Final[dict[str, str]] = {
     "ok": "#3a923a",
@@ -116,3 +117,26 @@ def flight_columns(in_flight: Sequence[tuple[float, int]], end: float, columns: 
             step = next(steps, None)
         highs.append(high)
     return highs
+
+
+def score_bins(values: Sequence[float], bins: int) -> tuple[list[float], list[int]]:
+    """A histogram of ``values`` (finite, at least one): ``bins + 1`` edges and ``bins`` counts.
+
+    Any finite scores, ±1.5e308 included: nothing here computes
+    ``high - low``, which overflows to infinity for such a range (halves
+    are subtracted instead). One distinct value gets the bins above it.
+    """
+    low, high = min(values), max(values)
+    if low == high:
+        step = max(1.0, abs(low) * 1e-9)
+        if math.isfinite(high + step):
+            high += step
+        else:
+            low -= step
+    half_span = high / 2 - low / 2
+    edges = [low * (1 - i / bins) + high * (i / bins) for i in range(bins + 1)]
+    edges[-1] = high
+    counts = [0] * bins
+    for value in values:
+        counts[min(int((value / 2 - low / 2) / half_span * bins), bins - 1)] += 1
+    return edges, counts

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._trace import Timeline
-from ._layout import COLOURS, MARKS, flight_columns, place
+from ._layout import COLOURS, MARKS, flight_columns, place, score_bins
 from ._run import RunView, read_run
+from ._text import inert
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -70,6 +72,20 @@ def plot(path: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
     timelines = Timeline.read(path)
     run = read_run(path) if path.is_dir() else None
     scores = run.score_series() if run is not None else {}
+    # Names are text: `$^ vs ^$` in an environment or a score's name is not TeX.
+    with plt.rc_context({"text.parse_math": False}):
+        _draw(plt, path, output, timelines, run, scores)
+    return output
+
+
+def _draw(
+    plt: Any,
+    path: Path,
+    output: Path,
+    timelines: Sequence[Timeline],
+    run: RunView | None,
+    scores: dict[str, list[float]],
+) -> None:
     figure = plt.figure(figsize=(12 if scores else 10, 5.5), layout="constrained")
     grid = figure.add_gridspec(
         2, 2 if scores else 1, height_ratios=(3, 1), width_ratios=(3, 1) if scores else None
@@ -77,16 +93,15 @@ def plot(path: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
     slots = figure.add_subplot(grid[0, 0])
     flight = figure.add_subplot(grid[1, 0], sharex=slots)
     _draw_timeline(slots, flight, timelines)
-    figure.suptitle(_title(path, run))
+    figure.suptitle(inert(_title(path, run, len(timelines))))
     if scores:
         _draw_scores(figure.add_subplot(grid[:, 1]), scores)
     output.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output, dpi=110)
     plt.close(figure)
-    return output
 
 
-def _title(path: Path, run: RunView | None) -> str:
+def _title(path: Path, run: RunView | None, traced: int) -> str:
     name = path.name or str(path)
     if run is not None and run.summary is not None:
         summary = run.summary
@@ -95,6 +110,10 @@ def _title(path: Path, run: RunView | None) -> str:
             parts.append(summary.stop_reason)
         if summary.passed is not None:
             parts.append("passed" if summary.passed else "did not pass")
+        if traced < summary.sessions:
+            # A session run without --trace left no timeline: the picture
+            # must not pass for the whole run.
+            parts.append(f"timeline of {traced} of {summary.sessions} sessions (the traced ones)")
         return " · ".join(parts)
     return name
 
@@ -162,12 +181,22 @@ def _draw_timeline(slots: Axes, flight: Axes, timelines: Sequence[Timeline]) -> 
     flight.set_xlim(0, max(placed.end, 1e-6))
 
 
+# Past this, matplotlib's axis (its margins, its ticks) overflows a float.
+_HUGE = 1e300
+
+
 def _draw_scores(axes: Axes, scores: dict[str, list[float]]) -> None:
     names = list(scores)[:6]
+    magnitude = max(abs(value) for name in names for value in scores[name])
+    # Finite scores may span more than a float can (±1.5e308): drawn in
+    # units of a power of ten then, which the axis label names.
+    unit = 10.0 ** math.floor(math.log10(magnitude)) if magnitude > _HUGE else 1.0
     for name in names:
-        axes.hist(scores[name], bins=20, histtype="step", linewidth=1.5, label=name)
+        # Binned here: matplotlib's own binning overflows on such a range too.
+        edges, counts = score_bins(scores[name], 20)
+        axes.stairs(counts, [edge / unit for edge in edges], linewidth=1.5, label=inert(name))
     axes.set_title("scores")
-    axes.set_xlabel("score")
+    axes.set_xlabel("score" if unit == 1.0 else f"score (x {unit:.0e})")
     axes.set_ylabel("rollouts")
     if len(names) > 1:
         axes.legend(fontsize="small")

@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from html import escape
 from typing import Final
 
 from .._trace import Timeline
-from ._layout import COLOURS, MARKS, flight_columns, place
+from ._layout import COLOURS, MARKS, flight_columns, place, score_bins
+from ._text import html_text
 
 __all__ = ["histograms_svg", "timeline_svg"]
 
@@ -70,8 +70,13 @@ def _merge(
     return bars
 
 
-def timeline_svg(timelines: Sequence[Timeline]) -> str:
-    """The runs of ``timelines`` as an SVG: slots as rows, runs in flight below."""
+def timeline_svg(timelines: Sequence[Timeline], *, sessions: int | None = None) -> str:
+    """The runs of ``timelines`` as an SVG: slots as rows, runs in flight below.
+
+    ``sessions``, the run's number of sessions (``run.json``'s), makes the
+    picture say how many of them it shows when some left no timeline (a
+    session run without ``--trace``).
+    """
     placed = place(timelines)
     rows = max(placed.slots, 1)
     row = max(3.0, min(16.0, 260 / rows))
@@ -128,7 +133,7 @@ def timeline_svg(timelines: Sequence[Timeline]) -> str:
             out.append(
                 f'<rect x="{left:.2f}" y="{top:.2f}" width="{_bar_width(right - left):.2f}" '
                 f'height="{row * 0.8:.2f}" fill="{COLOURS[first.outcome]}">'
-                f"<title>{escape(tip)}</title></rect>"
+                f"<title>{html_text(tip)}</title></rect>"
             )
     # Runs in flight: the most within each pixel column.
     highs = flight_columns(placed.in_flight, end, plot_width)
@@ -167,7 +172,7 @@ def timeline_svg(timelines: Sequence[Timeline]) -> str:
         out.append(
             f'<line x1="{x(mark.time):.2f}" y1="{_TOP}" x2="{x(mark.time):.2f}" '
             f'y2="{flight_bottom}" stroke="{colour}" stroke-width="1.5" '
-            f'stroke-dasharray="{_DASHES[style]}"><title>{escape(mark.what)} at '
+            f'stroke-dasharray="{_DASHES[style]}"><title>{html_text(mark.what)} at '
             f"{_seconds(mark.time)}</title></line>"
         )
     for tick in _ticks(end, plot_width):
@@ -176,6 +181,11 @@ def timeline_svg(timelines: Sequence[Timeline]) -> str:
             f'<line x1="{tx:.2f}" y1="{flight_bottom}" x2="{tx:.2f}" y2="{flight_bottom + 4}" '
             f'stroke="#888"/><text x="{tx:.2f}" y="{flight_bottom + 16}" class="lbl" '
             f'text-anchor="middle">{tick:.6g}</text>'
+        )
+    if sessions is not None and len(timelines) < sessions:
+        out.append(
+            f'<text x="{_LEFT}" y="{height - 1}" class="lbl">timeline of {len(timelines)} of '
+            f"{sessions} sessions (the traced ones)</text>"
         )
     out.append(
         f'<text x="{WIDTH - _RIGHT}" y="{height - 1}" class="lbl" text-anchor="end">'
@@ -188,20 +198,16 @@ def histograms_svg(series: dict[str, list[float]], *, bins: int = 20) -> str:
     """One small histogram per score name (at most six)."""
     charts = []
     for name, values in list(series.items())[:6]:
+        label = html_text(name)
+        edges, counts = score_bins(values, bins)
         low, high = min(values), max(values)
-        # In halves: the range of finite scores may overflow a float (1.5e308 - -1.5e308).
-        half = high / 2 - low / 2 or 0.5
-        step = half / bins * 2
-        counts = [0] * bins
-        for value in values:
-            counts[min(int((value / 2 - low / 2) / half * bins), bins - 1)] += 1
         tallest = max(counts)
         width, height, base = 280, 120, 100
         bar = width / bins
         bars = "".join(
             f'<rect x="{i * bar:.2f}" y="{base - count / tallest * 90:.2f}" '
             f'width="{bar - 1:.2f}" height="{count / tallest * 90:.2f}" fill="#4a78b5">'
-            f"<title>{low + i * step:.4g} to {low + (i + 1) * step:.4g}: "
+            f"<title>{edges[i]:.4g} to {edges[i + 1]:.4g}: "
             f"{count}</title></rect>"
             for i, count in enumerate(counts)
             if count
@@ -209,11 +215,11 @@ def histograms_svg(series: dict[str, list[float]], *, bins: int = 20) -> str:
         mean = statistics.mean(values)  # exact: a sum of finite scores may overflow
         charts.append(
             f'<figure class="hist"><svg viewBox="0 0 {width} {height}" '
-            f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{escape(name)} histogram">'
+            f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{label} histogram">'
             f'{bars}<line x1="0" y1="{base}" x2="{width}" y2="{base}" stroke="#888"/>'
             f'<text x="0" y="{base + 14}" class="lbl">{low:.4g}</text>'
             f'<text x="{width}" y="{base + 14}" class="lbl" text-anchor="end">{high:.4g}</text>'
-            f"</svg><figcaption>{escape(name)}: mean {mean:.4g} over {len(values)}"
+            f"</svg><figcaption>{label}: mean {mean:.4g} over {len(values)}"
             f"</figcaption></figure>"
         )
     return "".join(charts)
