@@ -39,6 +39,8 @@ ALIASES = {
     "run_stream_channel": "run_stream, memory channel source",
     "open_stream": "open_stream(ordered=True)",
     "open_stream_unordered": "open_stream(ordered=False)",
+    "run_stream_window": "run_stream, window=Window(64)",
+    "open_stream_window": "open_stream(ordered=True), Window(64)",
     "aiometer": "aiometer.amap",
 }
 

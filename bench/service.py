@@ -16,6 +16,9 @@ Rows and targets (issue 11):
   the ``on_outcome`` rows wait for each item's commit, as a service that
   acknowledges upstream does. The ``synchronous="full"`` rows show what
   surviving a power loss costs.
+* real work: the same with a 1 ms sleep per item (the hand-rolled loop and
+  ``serve()`` with a journal, with and without ``on_outcome``), what the
+  journal's design was chosen on (docs/service.md).
 * memory: ``serve()`` with a journal and ``on_outcome`` over 300,000 items
   (``--quick``: 10,000), in a fresh process; the peak RSS growth must stay
   under 16 MiB, since nothing per item outlives the item.
@@ -100,6 +103,13 @@ def make_cases(journals: Journals) -> dict[str, Case]:
     async def acknowledge(served: Any) -> None:
         pass
 
+    async def one_ms(item: object) -> None:
+        # Real work per item: what the journal's design is judged on.
+        await trio.sleep(0.001)
+
+    async def c_baseline_1ms(n: int) -> None:
+        assert len(await baseline(filled_channel(n), one_ms, WINDOW)) == n
+
     def c_serve(**kwargs: Any) -> Case:
         async def case(n: int) -> None:
             extra = dict(kwargs)
@@ -107,8 +117,9 @@ def make_cases(journals: Journals) -> dict[str, Case]:
                 extra["journal"] = journals.next(extra["journal"])
             if extra.pop("acknowledge", False):
                 extra["on_outcome"] = acknowledge
+            run = one_ms if extra.pop("one_ms", False) else noop
             report = await sluicegate.service.serve(
-                filled_channel(n), noop, window=WINDOW, signals=(), **extra
+                filled_channel(n), run, window=WINDOW, signals=(), **extra
             )
             assert report.ok == n, report
 
@@ -125,6 +136,11 @@ def make_cases(journals: Journals) -> dict[str, Case]:
         "serve(), journal, on_outcome": c_serve(key=str, journal="normal", acknowledge=True),
         'serve(), journal "full"': c_serve(key=str, journal="full"),
         'serve(), journal "full", on_outcome': c_serve(key=str, journal="full", acknowledge=True),
+        "baseline, channel, 1 ms runs": c_baseline_1ms,
+        "serve(), journal, 1 ms runs": c_serve(key=str, journal="normal", one_ms=True),
+        "serve(), journal, on_outcome, 1 ms runs": c_serve(
+            key=str, journal="normal", acknowledge=True, one_ms=True
+        ),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from decimal import Decimal
@@ -243,6 +244,7 @@ def test_cli_refuses_amounts_a_ledger_cannot_store(
 
 
 _RESERVER = """
+import os
 import sys
 from decimal import Decimal
 from sluicegate.campaign._ledger import BudgetRefused, Ledger
@@ -316,3 +318,37 @@ def test_holds_match_a_model_and_reservations_never_cross_a_limit(
             assert ledger.usage(["c"]).used == sum(held.values(), D(0))
             assert ledger.usage().used == ledger.usage(["c"]).used
         assert format_money(ledger.usage().limit) == "12.00"
+
+
+_AWKWARD_NAMES = ["a#b", "what?x=1", "100%", "100%25", "with space", "données", "#?% é ü"]
+
+
+@pytest.mark.parametrize("name", [*_AWKWARD_NAMES, os.fsdecode(b"bytes-\xff-not-utf8")])
+async def test_both_stores_open_in_directories_with_uri_syntax_in_their_names(
+    tmp_path: Path, name: str
+) -> None:
+    # Measured before: the ledger failed with "no such table: meta" under
+    # `#`, and `?` left a stray file in the parent directory.
+    from sluicegate import serve
+    from sluicegate.service import Journal
+
+    folder = tmp_path / name
+    folder.mkdir()
+    ledger = Ledger.create(folder / "ledger.db", D("10"))
+    ledger.open_scope(["camp"], D("4"))
+    rid = Ledger(folder / "ledger.db").reserve(["camp"], D("1"))
+    ledger.settle(rid, D("0.5"))
+    assert Ledger(folder / "ledger.db").usage(["camp"]).settled == D("0.5")
+
+    async def run(item: int) -> int:
+        return item
+
+    report = await serve(
+        range(3), run, window=2, key=str, journal=folder / "journal.db", signals=()
+    )
+    assert report.ok == 3
+    assert Journal(folder / "journal.db").counts() == {"ok": 3, "error": 0}
+    assert sorted(os.listdir(tmp_path)) == [name]
+    # A reader of a WAL database may leave its -wal and -shm files; nothing else.
+    stores = {entry.split("-")[0] for entry in os.listdir(folder)}
+    assert stores == {"journal.db", "ledger.db"}

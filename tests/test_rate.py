@@ -14,30 +14,39 @@ from sluicegate import RateLimit, run_stream
 
 
 @pytest.mark.parametrize(
-    ("args", "error"),
+    ("args", "kwargs", "error"),
     [
-        ((0,), ValueError),
-        ((-1,), ValueError),
-        ((math.nan,), ValueError),
-        ((math.inf,), ValueError),
-        (("5",), TypeError),
-        ((True,), TypeError),
-        ((None,), TypeError),
-        ((1, 0), ValueError),
-        ((1, -2), ValueError),
-        ((1, 1.5), TypeError),
-        ((1, True), TypeError),
+        ((0,), {}, ValueError),
+        ((-1,), {}, ValueError),
+        ((math.nan,), {}, ValueError),
+        ((math.inf,), {}, ValueError),
+        (("5",), {}, TypeError),
+        ((True,), {}, TypeError),
+        ((None,), {}, TypeError),
+        ((1,), {"burst": 0}, ValueError),
+        ((1,), {"burst": -2}, ValueError),
+        ((1,), {"burst": 1.5}, TypeError),
+        ((1,), {"burst": True}, TypeError),
+        ((1,), {"per": 0}, ValueError),
+        ((1,), {"per": math.inf}, ValueError),
+        ((1,), {"per": "60"}, TypeError),
+        ((1,), {"cost": 3}, TypeError),
+        ((1,), {"cost": int}, TypeError),
     ],
 )
-def test_bad_limits_are_refused_at_construction(args: tuple[object, ...], error: type) -> None:
+def test_bad_limits_are_refused_at_construction(
+    args: tuple[object, ...], kwargs: dict[str, object], error: type
+) -> None:
     with pytest.raises(error, match="RateLimit"):
-        RateLimit(*args)  # type: ignore[arg-type]
+        RateLimit(*args, **kwargs)  # type: ignore[arg-type]
 
 
 def test_repr_and_fields() -> None:
     limit = RateLimit(2.5, burst=4)
-    assert (limit.per_second, limit.burst) == (2.5, 4)
-    assert repr(limit) == "RateLimit(per_second=2.5, burst=4)"
+    assert (limit.rate, limit.per, limit.per_second, limit.burst) == (2.5, 1.0, 2.5, 4)
+    assert limit.cost is None
+    assert repr(limit) == "RateLimit(rate=2.5, per=1.0, burst=4)"
+    assert RateLimit(90, per=60).per_second == 1.5
 
 
 async def starts(limit: RateLimit, count: int) -> list[float]:

@@ -1325,3 +1325,27 @@ async def test_a_recorder_with_errored_hears_nothing_when_every_run_returns() ->
     recorder = ErrorRecorder()
     await run_stream(range(5), RunProbe(), window=2, trace=recorder)
     assert not [call for call in recorder.calls if call[0] == "errored"]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+async def test_places_a_consumer_frees_in_one_go_all_start_runs(ordered: bool) -> None:
+    # The freed places share one wake-up (docs/runner.md, "How it is built"),
+    # yet every one of them starts a run: the window stays full.
+    probe: RunProbe[int] = RunProbe(gated=True)
+    feed = ScriptedFeed(range(12), end=True)
+    async with open_stream(feed, probe, window=4, ordered=ordered) as results:
+        await probe.wait_started(4)
+        for item in range(4):
+            probe.release(item)
+        await trio.testing.wait_all_tasks_blocked()
+        assert feed.pulls == 4  # every place holds a result nobody took
+        taken = [await anext(results) for _ in range(4)]  # no schedule point between
+        await trio.testing.wait_all_tasks_blocked()
+        assert probe.alive == 4
+        assert feed.pulls == 8
+        probe.release_all()
+        for item in range(12):
+            probe.release(item)
+        rest = [done async for done in results]
+    assert sorted(done.index for done in taken + rest) == list(range(12))
+    assert feed.close_count == 1

@@ -15,7 +15,7 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sluicegate import Drain, open_stream, run_stream
+from sluicegate import Drain, Window, open_stream, run_stream
 from sluicegate.testing import ProbeError, Schedule, SourceError, Trace, check_trace, schedules
 from test_runner import ListRecorder
 
@@ -30,11 +30,21 @@ def run_on_mock_clock(main: Any) -> None:
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
+def window_for(size: int | None, as_object: bool) -> Any:
+    """The window to run with: the int itself, or a ``Window`` of that size."""
+    return Window(size) if as_object and size is not None else size
+
+
+def places_left(window: Any) -> int:
+    """Places a window object still counts as taken (0 for an int window)."""
+    return window.in_flight if isinstance(window, Window) else 0
+
+
 async def drive(
     front: Front,
     source: Any,
     run: Any,
-    window: int | None,
+    window: int | Window | None,
     trace: Trace,
     *,
     drain: Drain | None = None,
@@ -72,22 +82,24 @@ async def drive(
     front=fronts,
     sync=st.booleans(),
     delay=st.sampled_from([0, 0, 3]),
+    as_object=st.booleans(),
 )
 def test_invariants_hold_for_every_schedule(
-    schedule: Schedule, front: Front, sync: bool, delay: float
+    schedule: Schedule, front: Front, sync: bool, delay: float, as_object: bool
 ) -> None:
     if sync and (schedule.source_fail_at is not None or not schedule.ends):
         sync = False  # gaps, quiet spells and source errors need an async source
     trace = Trace()
     source = schedule.iterable(trace) if sync else schedule.feed(trace)
     probe = schedule.probe(trace)
+    window = window_for(schedule.window, as_object)
     outcome: dict[str, Any] = {}
 
     async def main() -> None:
         with trio.fail_after(10_000):
             try:
                 outcome["delivered"] = await drive(
-                    front, source, probe, schedule.window, trace, consumer_delay=delay
+                    front, source, probe, window, trace, consumer_delay=delay
                 )
             except (ProbeError, SourceError) as exc:
                 outcome["error"] = exc
@@ -97,6 +109,7 @@ def test_invariants_hold_for_every_schedule(
         trace, window=schedule.window, frees_on="finish" if front == "run_stream" else "consume"
     )
     assert summary.peak <= (schedule.window or schedule.count or 1)
+    assert places_left(window) == 0
     if "error" in outcome:
         assert schedule.fails
         error = outcome["error"]
@@ -125,18 +138,20 @@ def test_invariants_hold_for_every_schedule(
     schedule=schedules(quiet=True, failures=False),
     front=fronts,
     cancel_at=st.floats(0, 40),
+    as_object=st.booleans(),
 )
 def test_outside_cancellation_closes_the_source_and_propagates(
-    schedule: Schedule, front: Front, cancel_at: float
+    schedule: Schedule, front: Front, cancel_at: float, as_object: bool
 ) -> None:
     trace = Trace()
     source = schedule.feed(trace)
     probe = schedule.probe(trace)
+    window = window_for(schedule.window, as_object)
     outcome: dict[str, Any] = {}
 
     async def main() -> None:
         with trio.move_on_after(cancel_at) as scope:
-            outcome["delivered"] = await drive(front, source, probe, schedule.window, trace)
+            outcome["delivered"] = await drive(front, source, probe, window, trace)
         outcome["cancelled"] = scope.cancelled_caught
 
     run_on_mock_clock(main)
@@ -144,6 +159,7 @@ def test_outside_cancellation_closes_the_source_and_propagates(
         trace, window=schedule.window, frees_on="finish" if front == "run_stream" else "consume"
     )
     assert probe.alive == 0
+    assert places_left(window) == 0
     if not schedule.ends:
         assert outcome["cancelled"]  # a quiet feed can only end by the cancel
     if outcome["cancelled"]:
@@ -155,13 +171,15 @@ def test_outside_cancellation_closes_the_source_and_propagates(
     schedule=schedules(quiet=True, failures=False),
     front=fronts,
     drain_at=st.floats(0, 40),
+    as_object=st.booleans(),
 )
 def test_drain_stops_admission_and_returns_the_in_flight_work(
-    schedule: Schedule, front: Front, drain_at: float
+    schedule: Schedule, front: Front, drain_at: float, as_object: bool
 ) -> None:
     trace = Trace()
     source = schedule.feed(trace)
     probe = schedule.probe(trace)
+    window = window_for(schedule.window, as_object)
     drain = Drain()
     outcome: dict[str, Any] = {}
 
@@ -174,9 +192,7 @@ def test_drain_stops_admission_and_returns_the_in_flight_work(
         with trio.fail_after(10_000):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(request)
-                outcome["delivered"] = await drive(
-                    front, source, probe, schedule.window, trace, drain=drain
-                )
+                outcome["delivered"] = await drive(front, source, probe, window, trace, drain=drain)
                 nursery.cancel_scope.cancel()
 
     run_on_mock_clock(main)
@@ -187,6 +203,7 @@ def test_drain_stops_admission_and_returns_the_in_flight_work(
         drained="mark" in outcome,
     )
     assert probe.cancelled == []
+    assert places_left(window) == 0
     delivered = outcome["delivered"]
     # Everything pulled ran to completion and was returned.
     assert sorted(index for index, _ in delivered) == list(range(summary.items))
@@ -233,13 +250,15 @@ class CountingPacer:
     schedule=schedules(quiet=True),
     front=fronts,
     drain_at=st.one_of(st.none(), st.floats(0, 40)),
+    as_object=st.booleans(),
 )
 def test_a_recorder_and_a_pacer_see_every_item_once_and_in_order(
-    schedule: Schedule, front: Front, drain_at: float | None
+    schedule: Schedule, front: Front, drain_at: float | None, as_object: bool
 ) -> None:
     trace = Trace()
     source = schedule.feed(trace)
     probe = schedule.probe(trace)
+    window = window_for(schedule.window, as_object)
     recorder = ListRecorder()
     pacer = CountingPacer()
     drain = Drain()
@@ -259,7 +278,7 @@ def test_a_recorder_and_a_pacer_see_every_item_once_and_in_order(
                         front,
                         source,
                         probe,
-                        schedule.window,
+                        window,
                         trace,
                         drain=drain,
                         recorder=recorder,
@@ -304,3 +323,4 @@ def test_a_recorder_and_a_pacer_see_every_item_once_and_in_order(
     assert marks.count("drain") <= 1
     # Every token was spent on an item that came out of the source, or refunded.
     assert pacer.acquired - pacer.refunded == len(pulled)
+    assert places_left(window) == 0

@@ -125,7 +125,11 @@ async def test_one_window_shared_by_two_streams_bounds_them_together(autojump_cl
     assert window.in_flight == 0
 
 
-async def test_a_stream_waiting_for_a_shared_window_is_not_starved(autojump_clock: Any) -> None:
+@pytest.mark.parametrize("busy", ["run_stream", "ordered"])
+@pytest.mark.parametrize("late_front", ["run_stream", "ordered"])
+async def test_a_stream_waiting_for_a_shared_window_is_not_starved(
+    busy: str, late_front: str, autojump_clock: Any
+) -> None:
     window = Window(2)
     starts: list[tuple[str, int]] = []
 
@@ -138,9 +142,9 @@ async def test_a_stream_waiting_for_a_shared_window_is_not_starved(autojump_cloc
         return run
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(partial(run_stream, range(100), run_for("busy"), window=window))
+        nursery.start_soon(drive, busy, range(100), run_for("busy"), window)
         await trio.sleep(0.5)
-        await run_stream(range(3), run_for("late"), window=window)
+        await drive(late_front, range(3), run_for("late"), window)
         nursery.cancel_scope.cancel()
     # The late stream got a freed place in its turn each time, not after the
     # busy one's 50 seconds (its end-of-stream pull waits for a place too).

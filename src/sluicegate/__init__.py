@@ -19,6 +19,7 @@ from ._taskset import FeedTaskset, Task, Taskset
 from ._version import __version__ as __version__
 
 if _typing.TYPE_CHECKING:
+    from ._adaptive import AdaptiveWindow
     from ._rate import RateLimit
     from ._retry import Retry
     from ._signals import drain_on_signals
@@ -27,6 +28,7 @@ if _typing.TYPE_CHECKING:
     from .service import RecordedError, ServedItem, ServeReport, serve
 
 __all__ = [
+    "AdaptiveWindow",
     "Done",
     "Drain",
     "FeedTaskset",
@@ -50,6 +52,7 @@ __all__ = [
 
 # Where each name of a higher layer lives, loaded by __getattr__ (PEP 562).
 _LAZY = {
+    "AdaptiveWindow": "._adaptive",
     "RateLimit": "._rate",
     "Retry": "._retry",
     "drain_on_signals": "._signals",

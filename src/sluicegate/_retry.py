@@ -19,7 +19,10 @@ import attrs
 import outcome
 import trio
 
+from ._adaptive import retry_after
+from ._checks import check_seconds
 from ._runner import Drain
+from ._window import current_window
 
 __all__ = ["Attempts", "CutShort", "Retry", "attempt"]
 
@@ -52,6 +55,20 @@ def _positive_delay(name: str) -> Callable[[object, attrs.Attribute[float], floa
     return check
 
 
+def _check_predicate(
+    _: object, __: attrs.Attribute[Callable[[Exception], bool] | None], value: object
+) -> None:
+    if value is not None and (isinstance(value, type) or not callable(value)):
+        raise TypeError(
+            f"Retry(retry_on=...) takes a predicate callable(exc) -> bool (classes go in on=), "
+            f"not {value!r}"
+        )
+
+
+def _check_budget(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
+    check_seconds(value, "Retry(timeout=...)", zero=False, none=True)
+
+
 def _check_attempts(_: object, __: attrs.Attribute[int], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"Retry(attempts=...) must be an int >= 1, not {value!r}")
@@ -69,17 +86,27 @@ class Retry:
             retry).
         on: The exception classes worth another attempt; anything else is
             final at once.
+        retry_on: Optional predicate ``callable(exc) -> bool``, asked about
+            an error of a class in ``on``: false makes it final (``on=
+            httpx.HTTPStatusError, retry_on=lambda e: e.response.status_code
+            >= 500`` retries server errors only).
         base_delay: Seconds of the first backoff; each later one doubles.
         max_delay: The most seconds any one backoff may last.
         jitter: Wait a uniformly random time between 0 and the backoff
             ("full jitter"), so that clients failing together do not retry
-            together. Without it the wait is the backoff itself.
+            together. Without it the wait is the backoff itself. An error that
+            carries a ``Retry-After`` (see :class:`~sluicegate.AdaptiveWindow`)
+            waits at least that long.
+        timeout: Optional total budget in seconds, from the start of the first
+            attempt: no retry is made whose wait would end past it (an attempt
+            under way is not cut; ``attempt(limit=...)`` bounds each one).
 
     Raises:
-        TypeError: ``attempts`` is not an int, a delay not a number, or
-            ``on`` holds something that is not an exception class.
+        TypeError: ``attempts`` is not an int, a delay not a number,
+            ``on`` holds something that is not an exception class, or
+            ``retry_on`` is not callable.
         ValueError: ``attempts < 1`` or a delay that is negative or not
-            finite, or ``max_delay < base_delay``.
+            finite, ``max_delay < base_delay``, or ``timeout`` not > 0.
     """
 
     attempts: int = attrs.field(default=3, validator=_check_attempts)
@@ -87,6 +114,10 @@ class Retry:
     base_delay: float = attrs.field(default=0.1, validator=_positive_delay("base_delay"))
     max_delay: float = attrs.field(default=5.0, validator=_positive_delay("max_delay"))
     jitter: bool = True
+    retry_on: Callable[[Exception], bool] | None = attrs.field(
+        default=None, validator=_check_predicate
+    )
+    timeout: float | None = attrs.field(default=None, validator=_check_budget)
 
     def __attrs_post_init__(self) -> None:
         if self.max_delay < self.base_delay:
@@ -96,7 +127,9 @@ class Retry:
 
     def retries(self, error: BaseException, failures: int) -> bool:
         """Whether ``error``, the ``failures``-th failed attempt, earns another one."""
-        return failures < self.attempts and isinstance(error, self.on)
+        if failures >= self.attempts or not isinstance(error, self.on):
+            return False
+        return self.retry_on is None or bool(self.retry_on(error))
 
     def backoff(self, failures: int) -> float:
         """Seconds to wait after the ``failures``-th failed attempt (counting from 1)."""
@@ -104,6 +137,12 @@ class Retry:
         ceiling = self.base_delay * 2.0 ** min(failures - 1, 64)
         delay = min(self.max_delay, ceiling)
         return random.uniform(0.0, delay) if self.jitter else delay
+
+    def wait(self, error: BaseException, failures: int) -> float:
+        """Seconds to wait after ``error``: the backoff, or its ``Retry-After`` if longer."""
+        asked = retry_after(error)
+        backoff = self.backoff(failures)
+        return backoff if asked is None else max(backoff, asked)
 
 
 class CutShort(Exception):
@@ -150,7 +189,11 @@ async def attempt(
     builtin :class:`TimeoutError` (trio's ``TooSlowError`` is not one), and is
     retried when ``retry.on`` matches it. Only ``Exception`` s are captured:
     cancellation, ``KeyboardInterrupt`` and other ``BaseException`` s pass
-    through.
+    through. Each failed attempt is reported, with its duration, to the
+    :class:`~sluicegate.Window` the calling run's stream runs under (an
+    :class:`~sluicegate.AdaptiveWindow` shrinks on an overload); the wait
+    before the next is the longer of the backoff and the error's
+    ``Retry-After``, and no wait ends past ``retry.timeout``.
 
     Args:
         call: One attempt.
@@ -169,8 +212,14 @@ async def attempt(
             before a retry), so the item should be tried again later.
     """
     failures: list[BaseException] = []
+    window = current_window()
+    # The clock is read only when something needs it: the path every item
+    # takes (one attempt, no window object, no budget) stays one `try`.
+    timed = window is not None or (retry is not None and retry.timeout is not None)
+    began = trio.current_time() if timed else 0.0
     while True:
         deadline: trio.CancelScope | None = None
+        started = trio.current_time() if timed else 0.0
         try:
             if limit is None:
                 value = await call()
@@ -194,16 +243,22 @@ async def attempt(
         else:
             return Attempts(outcome.Value(value), len(failures) + 1, tuple(failures))
         failures.append(error)
+        if window is not None:
+            window.observe(trio.current_time() - started, error)
         if retry is None or not retry.retries(error, len(failures)):
+            return Attempts(outcome.Error(error), len(failures), tuple(failures[:-1]))
+        wait = retry.wait(error, len(failures))
+        if retry.timeout is not None and trio.current_time() + wait > began + retry.timeout:
+            # The budget would run out before the next attempt could start.
             return Attempts(outcome.Error(error), len(failures), tuple(failures[:-1]))
         if drain is not None:
             if drain.requested:
                 raise CutShort(len(failures), error)
-            with trio.move_on_after(retry.backoff(len(failures))):
+            with trio.move_on_after(wait):
                 await drain.wait()
             if drain.requested:
                 raise CutShort(len(failures), error)
         else:
-            await trio.sleep(retry.backoff(len(failures)))
+            await trio.sleep(wait)
         if on_retry is not None:
             on_retry()

@@ -48,6 +48,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, final, runtime_chec
 import attrs
 import trio
 
+from ._checks import check_flag
 from ._util import (
     YIELD_EVERY,
     as_async_iterator,
@@ -297,12 +298,13 @@ def _check_arguments(
     # bool is an int subclass, but window=True is always a mistake; a class
     # has a Window's methods too, unbound: Window for Window(8) is a slip.
     window_object = not isinstance(window, type) and isinstance(window, WindowLike)
-    if window is not None and (
-        isinstance(window, bool) or not (isinstance(window, int) or window_object)
-    ):
-        raise TypeError(f"window must be an int >= 1, None or a sluicegate.Window, not {window!r}")
-    if isinstance(window, int) and window < 1:
-        raise ValueError(f"window must be >= 1 or None, got {window}")
+    if window is not None and not window_object:
+        # The wording of sluicegate._checks, which has no word for a window object.
+        takes = "an int >= 1, None or a sluicegate.Window"
+        if isinstance(window, bool) or not isinstance(window, int):
+            raise TypeError(f"window must be {takes}, not {window!r}")
+        if window < 1:
+            raise ValueError(f"window must be {takes}, not {window!r}")
     if not callable(run):
         raise TypeError(f"run must be an async callable, not {run!r}")
     if surely_sync(run):
@@ -461,20 +463,36 @@ class _Turn:
     holds it: a flag, not a lock, since ``trio.Lock`` always checkpoints.
     """
 
-    __slots__ = ("busy", "cut", "for_place", "limit", "queue", "scope", "state")
+    __slots__ = (
+        "busy",
+        "cut",
+        "for_place",
+        "limit",
+        "places",
+        "queue",
+        "scope",
+        "state",
+        "waking",
+    )
 
     def __init__(self, state: _State, limit: int | None) -> None:
         self.state = state
+        # A window object, whose places bound the pulls instead of limit.
+        self.places: WindowLike | None = None
         # open_stream's window: pulls may run at most this far ahead of the
         # results handed over; None where the worker pool bounds them already
         # (run_stream) or nothing does (window=None). (invariant 2)
         self.limit = limit
         # A task holds the turn.
         self.busy = False
-        # Tasks waiting for the turn, and tasks that had it but found no free
-        # place; a hand-over wakes one of the latter.
+        # Tasks waiting for the turn, and tasks that found no free place
+        # (with a window object: all but the one waiting in the window).
         self.queue = _Waiters()
         self.for_place = _Waiters()
+        # A task woken from for_place has not run yet: places freed meanwhile
+        # wait for it, or for a worker whose run ends, rather than each waking
+        # a task of its own (see wake_for_place). (invariant 2)
+        self.waking = False
         # The long-lived cancel scope of the task waiting on the source (or on
         # the pacer) while it holds the turn: a drain cancels it to cut that
         # wait. A scope per pull would cost more than the rest of the pull.
@@ -493,13 +511,26 @@ class _Turn:
         self.busy = True
         return True
 
-    def wait(self) -> Awaitable[None]:
-        """Wait in the right queue after :meth:`take` said no; then try again.
+    async def wait(self) -> None:
+        """Wait in the right queue after :meth:`take` said no; then try again."""
+        if self.busy:
+            await self.queue.park()
+        else:
+            await self.for_place.park()
+            self.waking = False
 
-        Returns the parking awaitable itself, so that the wait costs the
-        pulling worker no frame of its own.
+    def wake_for_place(self) -> None:
+        """Places were freed: wake one task waiting for one, unless one is already woken.
+
+        The woken task pulls, and wakes the next while places are left
+        (:meth:`pass_on`, when it leaves the turn); meanwhile a worker whose
+        run ends takes a free place without parking at all. So the places a
+        consumer frees in one go share one wake-up instead of costing one
+        each.
         """
-        return (self.queue if self.busy else self.for_place).park()
+        if not self.waking:
+            self.waking = True
+            self.for_place.wake_one()
 
     async def wait_alone(self) -> None:
         """Take the turn without a place: to close the source, not to pull."""
@@ -508,9 +539,31 @@ class _Turn:
         self.busy = True
 
     def leave(self) -> None:
+        """Give the turn up: to the next task waiting for it, and pass a wake-up on."""
         self.busy = False
         if self.queue.tasks:
             self.queue.wake_one()
+        if self.for_place.tasks:
+            self.pass_on()
+
+    def pass_on(self) -> None:
+        """Wake a task waiting for a place if one is free, or if admission is over.
+
+        Admission over, the waiters must leave, each waking the next.
+        (invariant 2)
+        """
+        if not self.for_place.tasks:
+            return
+        state = self.state
+        places = self.places
+        if state.ending.how is not None:
+            pass
+        elif places is not None:
+            if places.in_flight >= places.size:
+                return
+        elif self.limit is not None and state.pulled >= state.handed + self.limit:
+            return
+        self.wake_for_place()
 
     def cut_pull(self) -> None:
         """Cancel the wait of whoever is pulling now. (invariant 6)"""
@@ -630,11 +683,12 @@ class _ToConsumer(Generic[T, R]):
             if done is not None:
                 state.handed += 1
                 self._took = True
-                if turn.for_place.tasks:
-                    turn.for_place.wake_one()  # a place is free: one more may pull
-                elif self.places is not None:
+                if self.places is not None:
                     state.held -= 1
                     self.places.release()  # the same, through the window object
+                    turn.pass_on()
+                elif turn.for_place.tasks:
+                    turn.wake_for_place()  # a place is free: one more may pull
                 return done
             if state.live == 0:
                 raise StopAsyncIteration
@@ -699,7 +753,7 @@ class _Dispatcher(Generic[T, R]):
         self.handover = handover
         self.turn = _Turn(state, handover.limit)
         # A window object, or None for an int window or none. (invariant 1)
-        self.places = places
+        self.places = self.turn.places = places
         # Whether a run's place waits for the consumer to take its result.
         self._held_until_taken = isinstance(handover, _ToConsumer)
         if isinstance(handover, _ToConsumer):
@@ -746,6 +800,7 @@ class _Dispatcher(Generic[T, R]):
         """Admission closed: workers waiting for a place of the window object stop."""
         for scope in self._seeking:
             scope.cancel()
+        self.turn.pass_on()
 
     def _on_drain(self) -> None:
         """The drain was requested: :class:`Drain` calls this at once, in the requesting task.
@@ -817,14 +872,27 @@ class _Dispatcher(Generic[T, R]):
         place = False
         if places is not None:
             # The place comes before the pull, the end-of-stream pull too. (invariant 2)
-            if state.ending.how is not None:
-                return None
-            if not places.acquire_nowait():
+            while not places.acquire_nowait():
+                if state.ending.how is not None:
+                    turn.pass_on()
+                    return None
+                if self._seeking:
+                    # One worker of this stream waits in the window; the rest
+                    # wait here for the wake-up passed on (_Turn.pass_on).
+                    await turn.for_place.park()
+                    turn.waking = False
+                    continue
                 self._seeking[scope] = None
                 try:
                     await places.acquire()
                 finally:
                     del self._seeking[scope]
+                break
+            if turn.for_place.tasks and not self._seeking:
+                # Whoever waits here needs one of them to wait in the window:
+                # the places other streams free go to the window's waiters,
+                # and the stream must keep its turn among them.
+                turn.wake_for_place()
             state.held += 1
             place = True
         try:
@@ -896,12 +964,15 @@ class _Dispatcher(Generic[T, R]):
         self.state.held -= 1
         self.places.release()  # type: ignore[union-attr]
 
-    def _ran(self, began: float, error: BaseException | None) -> None:
+    def _ran(self, elapsed: float, error: BaseException | None) -> None:
         """A run under a window object returned or raised: free its place, tell the window."""
+        places = self.places
+        assert places is not None
         if error is not None or not self._held_until_taken:
-            self._give_back()  # else the consumer frees it (invariant 2)
-        if not isinstance(error, trio.Cancelled):
-            self.places.observe(trio.current_time() - began, error)  # type: ignore[union-attr]
+            self.state.held -= 1
+            places.release()  # else the consumer frees it (invariant 2)
+        if error is None or not isinstance(error, trio.Cancelled):
+            places.observe(elapsed, error)
 
     def _on_grow(self) -> None:
         """The window object grew: start a worker if nobody of this stream waits to pull.
@@ -912,6 +983,9 @@ class _Dispatcher(Generic[T, R]):
         state = self.state
         places = self.places
         assert places is not None
+        if self.turn.for_place.tasks:
+            self.turn.pass_on()  # a worker waiting for a place takes one
+            return
         if (
             state.ending.how is None
             and state.live
@@ -950,9 +1024,10 @@ class _Dispatcher(Generic[T, R]):
         """One worker: pull, run, hand over, until admission ends.
 
         With a window each worker runs its items itself, and the pool grows
-        by one whenever a worker finds nobody waiting to pull after it. With
-        ``window=None`` the one worker only pulls, and gives each item a task
-        of its own.
+        by one whenever a worker finds nobody waiting to pull after it: up to
+        an int window, or while a window object has free places (a worker
+        leaves when the pool is larger than its size). With ``window=None``
+        the one worker only pulls, and gives each item a task of its own.
         """
         state = self.state
         turn = self.turn
@@ -963,6 +1038,10 @@ class _Dispatcher(Generic[T, R]):
         trace = self._trace
         passes = 0
         began = 0.0
+        # The clock's own method, fetched once: trio.current_time() looks the
+        # clock up on every call. Only a window object is told durations.
+        now = trio.lowlevel.current_clock().current_time
+        held_until_taken = self._held_until_taken
         # What current_window() answers in the runs of this worker.
         CURRENT_WINDOW.set(places)
         try:
@@ -989,7 +1068,7 @@ class _Dispatcher(Generic[T, R]):
                         ):
                             state.workers += 1
                             self._spawn(self._work)
-                        began = trio.current_time()
+                        began = now()
                     elif window is None:
                         self._spawn(self._run_one, *pulled)
                         continue
@@ -1003,7 +1082,7 @@ class _Dispatcher(Generic[T, R]):
                         value = await run(item)
                     except BaseException as exc:
                         if places is not None:
-                            self._ran(began, exc)
+                            self._ran(now() - began, exc)
                         self._ended_badly(index, exc)
                         if isinstance(exc, Exception):
                             return
@@ -1011,7 +1090,12 @@ class _Dispatcher(Generic[T, R]):
                     if trace is not None:
                         trace.finished(index, None)
                     if places is not None:
-                        self._ran(began, None)
+                        # What _ran does, inline on this path: a window
+                        # object costs little more per item than an int.
+                        if not held_until_taken:
+                            state.held -= 1
+                            places.release()
+                        places.observe(now() - began, None)
                         keep(index, item, value)
                         if state.workers > places.size:
                             # The window shrank: this worker is one too many.
@@ -1030,12 +1114,13 @@ class _Dispatcher(Generic[T, R]):
             await trio.lowlevel.checkpoint_if_cancelled()  # invariant 7
             if self._trace is not None:
                 self._trace.started(index)
-            began = trio.current_time() if self.places is not None else 0.0
+            now = trio.current_time
+            began = now() if self.places is not None else 0.0
             try:
                 value = await self._run(item)
             except BaseException as exc:
                 if self.places is not None:
-                    self._ran(began, exc)
+                    self._ran(now() - began, exc)
                 self._ended_badly(index, exc)
                 if isinstance(exc, Exception):
                     return
@@ -1043,7 +1128,7 @@ class _Dispatcher(Generic[T, R]):
             if self._trace is not None:
                 self._trace.finished(index, None)
             if self.places is not None:
-                self._ran(began, None)
+                self._ran(now() - began, None)
             self.handover.keep(index, item, value)
         finally:
             self._exited()
@@ -1355,8 +1440,7 @@ def open_stream(
         Exception: everything else :func:`run_stream` raises, the same way,
             when the block is left.
     """
-    if not isinstance(ordered, bool):
-        raise TypeError(f"ordered must be a bool, not {ordered!r}")
+    check_flag(ordered, "ordered")
     state = _State(_fixed(window))
     handover: _ToConsumer[T, R] = _Ordered(state) if ordered else _Unordered(state)
     return _open_block(source, run, handover, window=window, drain=drain, rate=rate, trace=trace)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, final
 import attrs
 import trio
 
+from ._runner import CURRENT_WINDOW
 from ._util import write_atomically
 
 if TYPE_CHECKING:
@@ -177,6 +178,8 @@ class Timeline:
         self._errors: dict[int, str] = {}
         self._unstarted: list[Span] = []
         self._marks: list[Mark] = []
+        # (time, size) of the window object the runs start under, where it changed.
+        self._window: list[tuple[float, int]] = []
         self._log_path = None if log is None else Path(log)
         self._fd: int | None = None
 
@@ -218,6 +221,17 @@ class Timeline:
         self._running[index] = (pulled, now, slot, label)
         if self._fd is not None:
             self._write(f'["s",{index},{pulled:.6f},{now:.6f},{slot},{json.dumps(label)}]\n')
+        # The dispatcher calls this hook in the task that runs the item, where
+        # the window object it runs under is known: its size is sampled at
+        # each start, which is when it bounds anything.
+        window = CURRENT_WINDOW.get()
+        if window is not None and (not self._window or self._window[-1][1] != window.size):
+            self._sized(now, window.size)
+
+    def _sized(self, now: float, size: int) -> None:
+        self._window.append((now, size))
+        if self._fd is not None:
+            self._write(f'["w",{now:.6f},{size}]\n')
 
     def finished(self, index: int, error: BaseException | None) -> None:
         """The run of item ``index`` ended: ``error`` None for ok, else what it raised.
@@ -428,6 +442,14 @@ class Timeline:
     def marks(self) -> list[Mark]:
         """The drain, failure and close instants, in the order they happened."""
         return list(self._marks)
+
+    @property
+    def window(self) -> list[tuple[float, int]]:
+        """``(time, size)`` of the :class:`~sluicegate.Window` runs started under, where it changed.
+
+        Sampled as each run starts; empty for a stream with an int window.
+        """
+        return list(self._window)
 
     @property
     def in_flight(self) -> list[tuple[float, int]]:
@@ -658,6 +680,10 @@ def _chrome_events(timelines: Sequence[Timeline]) -> _ChromeTrace:
             for ts, count in flight.items()
         )
         events.extend(
+            _Event("window", "C", offset + _us(time), pid, 0, args={"size": size})
+            for time, size in timeline.window
+        )
+        events.extend(
             _Event(mark.what, "i", offset + _us(mark.time), pid, 0, cat="mark", s="g")
             for mark in timeline.marks
         )
@@ -753,6 +779,9 @@ def _replay(timeline: Timeline, entry: list[Any]) -> None:
     elif kind == "m":
         _, what, now = entry
         timeline._marks.append(Mark(what, now))
+    elif kind == "w":
+        _, now, size = entry
+        timeline._window.append((now, size))
     else:
         raise ValueError(f"unknown event kind {kind!r}")
 
@@ -800,6 +829,8 @@ def _rebuild(trace: _ChromeTrace) -> list[Timeline]:
                 timeline._store(args["index"], running, end, code, args.get("error"))
         elif event.ph == "i" and event.cat == "mark":
             timeline._marks.append(Mark(event.name, seconds(event.pid, event.ts)))
+        elif event.ph == "C" and event.name == "window":
+            timeline._window.append((seconds(event.pid, event.ts), args["size"]))
         elif event.ph == "i" and event.cat == "unstarted":
             pulled = seconds(event.pid, args["pulled"])
             timeline._unstarted.append(

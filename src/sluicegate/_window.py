@@ -20,6 +20,7 @@ from typing import cast
 import outcome
 import trio
 
+from ._checks import check_count, check_seconds
 from ._runner import CURRENT_WINDOW
 
 __all__ = ["Window", "current_window"]
@@ -32,14 +33,6 @@ def current_window() -> Window | None:
     tasks inherit it.
     """
     return cast("Window | None", CURRENT_WINDOW.get())
-
-
-def _checked_size(size: object, what: str = "size") -> int:
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise TypeError(f"{what} must be an int >= 1, not {size!r}")
-    if size < 1:
-        raise ValueError(f"{what} must be an int >= 1, not {size!r}")
-    return size
 
 
 class Window:
@@ -62,7 +55,7 @@ class Window:
     """
 
     def __init__(self, size: int) -> None:
-        self._size = _checked_size(size)
+        self._size = check_count(size, "size", minimum=1)
         self._in_flight = 0
         self._paused_until = -math.inf
         # Tasks waiting in acquire(), oldest first. A freed place is handed to
@@ -97,7 +90,7 @@ class Window:
     def _resize(self, size: int, reason: str) -> None:
         """Set the size; ``reason`` says why (a subclass records it)."""
         grew = size > self._size if isinstance(size, int) else False
-        self._size = _checked_size(size)
+        self._size = check_count(size, "size", minimum=1)
         if grew:
             self._grant()
             for watcher in list(self._watchers):
@@ -120,11 +113,7 @@ class Window:
             TypeError: ``seconds`` is not a number.
             ValueError: ``seconds`` is negative or not finite.
         """
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-            raise TypeError(f"seconds must be a number >= 0, not {seconds!r}")
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"seconds must be a finite number >= 0, not {seconds!r}")
-        until = trio.current_time() + seconds
+        until = trio.current_time() + check_seconds(seconds, "seconds")
         if until > self._paused_until:
             self._paused_until = until
             # Tasks already waiting must wait for the end of the pause too:
@@ -140,7 +129,9 @@ class Window:
         Returns:
             Whether a place was taken.
         """
-        if self._in_flight >= self._size or self._waiters or self._paused():
+        if self._in_flight >= self._size or self._waiters:
+            return False
+        if self._paused_until != -math.inf and self._paused():
             return False
         self._in_flight += 1
         return True
@@ -162,11 +153,18 @@ class Window:
             return trio.lowlevel.Abort.SUCCEEDED
 
         while True:
-            with trio.move_on_at(self._paused_until if self._paused() else math.inf):
+            if not self._paused():
+                # No cancel scope where no pause needs one: it would cost
+                # more than the rest of the wait.
                 waiters[task] = None
                 if await trio.lowlevel.wait_task_rescheduled(abort):
                     return  # _grant counted the place for this task
                 continue  # woken by pause(): wait again, until its end
+            with trio.move_on_at(self._paused_until):
+                waiters[task] = None
+                if await trio.lowlevel.wait_task_rescheduled(abort):
+                    return
+                continue
             # The pause is over: places freed meanwhile go to the oldest waiters.
             self._grant()
             if self.acquire_nowait():

@@ -41,6 +41,8 @@ from typing import Literal
 
 import attrs
 
+from .. import _sqlite
+
 __all__ = [
     "MAX_AMOUNT",
     "AmountTooLarge",
@@ -61,6 +63,9 @@ MICROS = 1_000_000
 # SQLite's INTEGER is a signed 64-bit number.
 MAX_MICROS = 2**63 - 1
 _SCHEMA_VERSION = "1"
+# The SQLite header's application id marks a file as a ledger ("SGL1"); ledgers
+# made before it was set carry 0 and are recognised by their meta table.
+_APPLICATION_ID = 0x53474C31
 # A writer waits this long for another process's transaction before failing.
 _BUSY_TIMEOUT_S = 60.0
 
@@ -282,6 +287,9 @@ class Ledger:
             )
         with self._connect() as db:
             try:
+                (application,) = db.execute("PRAGMA application_id").fetchone()
+                if application not in (0, _APPLICATION_ID):
+                    raise LedgerError(f"{self.path} is not a sluicegate ledger (another program's)")
                 row = db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
             except sqlite3.DatabaseError as exc:
                 raise LedgerError(f"{self.path} is not a sluicegate ledger: {exc}") from None
@@ -313,22 +321,26 @@ class Ledger:
                 pass
         except FileExistsError:
             raise LedgerError(f"{path} already exists; a ledger is created only once") from None
-        db = sqlite3.connect(path, isolation_level=None)
         try:
-            db.execute("BEGIN IMMEDIATE")
-            # executescript() would commit first; run the statements one by one.
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            now = _now()
-            db.execute("INSERT INTO meta VALUES ('version', ?)", (_SCHEMA_VERSION,))
-            db.execute("INSERT INTO scopes VALUES ('', ?, ?)", (micros, now))
-            db.execute(
-                "INSERT INTO limit_changes (path, old_micros, new_micros, reason, at) "
-                "VALUES ('', NULL, ?, ?, ?)",
-                (micros, reason, now),
-            )
-            db.execute("COMMIT")
+            db = _sqlite.connect(path, "rw", timeout=_BUSY_TIMEOUT_S)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        try:
+            with _sqlite.immediate(db):
+                # executescript() would commit first; run the statements one by one.
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                now = _now()
+                db.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
+                db.execute("INSERT INTO meta VALUES ('version', ?)", (_SCHEMA_VERSION,))
+                db.execute("INSERT INTO scopes VALUES ('', ?, ?)", (micros, now))
+                db.execute(
+                    "INSERT INTO limit_changes (path, old_micros, new_micros, reason, at) "
+                    "VALUES ('', NULL, ?, ?, ?)",
+                    (micros, reason, now),
+                )
         except BaseException:
             db.close()
             path.unlink(missing_ok=True)
@@ -339,11 +351,12 @@ class Ledger:
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         # mode=rw: never create a file by accident.
-        uri = f"file:{self.path.resolve()}?mode=rw"
         try:
-            db = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+            db = _sqlite.connect(self.path, "rw", timeout=_BUSY_TIMEOUT_S)
         except sqlite3.OperationalError as exc:
             raise LedgerError(f"cannot open ledger {self.path}: {exc}") from None
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"{self.path} is not a sluicegate ledger: {exc}") from None
         try:
             yield db
         finally:
@@ -352,14 +365,8 @@ class Ledger:
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: the write lock is taken before anything is read."""
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        with self._connect() as db, _sqlite.immediate(db):
+            yield db
 
     # -- scopes ----------------------------------------------------------------
 

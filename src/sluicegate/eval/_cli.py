@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from .._terminal import messages
-from ._config import EVERY_SCORE, UsageError
+from ._config import EVERY_SCORE, EvalConfig, UsageError, parse_concurrency
 from ._display import DISPLAYS
 from ._format import read_run_record
 from ._run import evaluate
@@ -33,6 +33,23 @@ exit status: 0 passed, 1 not passed (errors past --fail-on-error, a mean
 below --min-score, nothing to evaluate, or the environment failed), 2 usage
 error, 130 interrupted.
 """
+
+
+def _recorded(config: EvalConfig, key: str) -> Any:
+    """The flag ``key`` as run.json recorded it, in the form the command takes."""
+    if key == "concurrency" and config.adaptive:
+        return f"auto:{config.concurrency}"
+    return getattr(config, key)
+
+
+def _concurrency(text: str) -> int | str:
+    try:
+        bound, adaptive = parse_concurrency(text if text.strip().startswith("auto") else int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer >= 1, 'auto' or 'auto:MAX', got {text!r}"
+        ) from None
+    return text.strip() if adaptive else bound
 
 
 def _count(minimum: int) -> Any:
@@ -94,9 +111,10 @@ def register(commands: Any) -> None:
     add(
         "-c",
         "--concurrency",
-        type=_count(1),
+        type=_concurrency,
         metavar="C",
-        help="rollouts in flight at most (default 32)",
+        help="rollouts in flight at most (default 32); 'auto' or 'auto:MAX' finds it "
+        "from the upstream's overload errors (an adaptive window)",
     )
     add("--shuffle", type=int, metavar="SEED", help="shuffle a static set with this seed")
     add("--system-prompt", metavar="FILE", help="apply this file's text to every task")
@@ -279,7 +297,8 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         settings = {key: value for key, value in given.items() if value is not None}
     else:
         settings = {
-            key: getattr(recorded, key) if value is None else value for key, value in given.items()
+            key: _recorded(recorded, key) if value is None else value
+            for key, value in given.items()
         }
         if recorded.trace:
             this_session["trace"] = True

@@ -60,7 +60,10 @@ class EvalConfig:
             to :func:`~sluicegate.eval.evaluate` directly.
         num_tasks: ``-n``: how many tasks at most; None for the whole set.
         rollouts: ``-r``: rollouts per task.
-        concurrency: ``-c``: rollouts in flight at most.
+        concurrency: ``-c``: rollouts in flight at most (with ``adaptive``,
+            the most the adaptive window may reach).
+        adaptive: ``-c auto`` or ``-c auto:MAX``: an
+            :class:`~sluicegate.AdaptiveWindow` finds the concurrency.
         shuffle: ``--shuffle`` seed, or None.
         system_prompt: The system prompt's text, applied to every task.
         ids: ``--id``: run only tasks with these ids (empty: all).
@@ -89,6 +92,7 @@ class EvalConfig:
     num_tasks: int | None = None
     rollouts: int = 1
     concurrency: int = 32
+    adaptive: bool = False
     shuffle: int | None = None
     system_prompt: str | None = None
     ids: tuple[str, ...] = ()
@@ -118,6 +122,33 @@ def _count(name: str, value: object, minimum: int) -> int:
     if value < minimum:
         raise UsageError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+# The largest window -c auto may grow to (AdaptiveWindow's own default).
+AUTO_MAX = 256
+
+
+def parse_concurrency(value: object) -> tuple[int, bool]:
+    """``-c``'s value as ``(bound, adaptive)``: an int >= 1, ``"auto"`` or ``"auto:MAX"``.
+
+    Raises:
+        UsageError: for anything else, naming the forms it takes.
+    """
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "auto":
+            return AUTO_MAX, True
+        if text.startswith("auto:"):
+            try:
+                bound = int(text[5:])
+            except ValueError:
+                bound = 0
+            if bound >= 1:
+                return bound, True
+        raise UsageError(
+            f"-c/--concurrency takes an integer >= 1, 'auto' or 'auto:MAX', not {value!r}"
+        )
+    return _count("-c/--concurrency", value, 1), False
 
 
 def _seconds(name: str, value: object) -> float:
@@ -274,7 +305,7 @@ def configure(
     target: str | None,
     num_tasks: int | None,
     rollouts: int,
-    concurrency: int,
+    concurrency: int | str,
     shuffle: int | None,
     system_prompt: str | None,
     ids: Iterable[str | int],
@@ -303,11 +334,13 @@ def configure(
     budget_text = str(fail_on_error).strip()
     ErrorBudget.parse(budget_text)
     retry_names, retry_types = _retry_on(retry_on)
+    bound, adaptive = parse_concurrency(concurrency)
     return EvalConfig(
         target=target,
         num_tasks=None if num_tasks is None else _count("-n/--num-tasks", num_tasks, 1),
         rollouts=_count("-r/--rollouts", rollouts, 1),
-        concurrency=_count("-c/--concurrency", concurrency, 1),
+        concurrency=bound,
+        adaptive=adaptive,
         shuffle=shuffle,
         system_prompt=system_prompt,
         ids=_ids(ids),

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import attrs
 
+from .._adaptive import WindowChange
 from .._taskset import Task
 from ._config import EvalConfig
 from ._score import ScoreValue
@@ -238,6 +239,8 @@ class RunRecord:
         score_stats: Each score's statistics.
         reduced: Each reduced score's statistics over its per-task values.
         sessions: Every invocation, oldest first.
+        window: With ``-c auto``, the sizes the adaptive window went through
+            in the latest session (its latest 1,000 changes), oldest first.
     """
 
     config: EvalConfig
@@ -254,3 +257,4 @@ class RunRecord:
     reasons: tuple[str, ...] = ()
     sessions: tuple[Session, ...] = ()
     sluicegate_version: str = ""
+    window: tuple[WindowChange, ...] = ()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import trio
 
+from .._adaptive import AdaptiveWindow
 from .._runner import Drain, Recorder, open_stream, report_failure
 from .._signals import DEFAULT_SIGNALS, drain_on_signals
 from .._trace import recording
@@ -263,6 +264,7 @@ async def _run_slots(
     log: RunLog,
     tally: RunTally,
     trace: Recorder | None,
+    window: AdaptiveWindow | None,
 ) -> tuple[StopReason, str | None]:
     budget = ErrorBudget.parse(config.fail_on_error)
     # The runner's signature names iterables only; a SampleSource gets in
@@ -275,7 +277,7 @@ async def _run_slots(
             open_stream(
                 slots,
                 rollouts,
-                window=config.concurrency,
+                window=config.concurrency if window is None else window,
                 ordered=False,
                 drain=rollouts.drain,
                 trace=trace,
@@ -287,6 +289,8 @@ async def _run_slots(
                     continue  # cut short by a drain: no row, so a resume runs it again
                 log.write(row)
                 tally.add(row)
+                if window is not None:
+                    tally.concurrency = window.size  # the display shows the size in force
                 if row.status == "error":
                     if row.error is not None:
                         report_failure(trace, done.index, row.error.type)
@@ -373,7 +377,16 @@ async def _session(
 ) -> tuple[RunRecord, RunTally]:
     """Plan and run the rollouts, then write the final ``run.json``; returns it and the tally."""
     config = setup.config
-    tally = RunTally(concurrency=config.concurrency, started=trio.current_time())
+    window = (
+        AdaptiveWindow(initial=min(8, config.concurrency), max=config.concurrency)
+        if config.adaptive
+        else None
+    )
+    # With -c auto the display's bound follows the adaptive window (see _run_slots).
+    tally = RunTally(
+        concurrency=config.concurrency if window is None else window.size,
+        started=trio.current_time(),
+    )
     drain = drain if drain is not None else Drain()
     # The first signal stops waiting for a load() still reading; the second
     # cancels the rollouts in flight.
@@ -407,7 +420,9 @@ async def _session(
                     else contextlib.nullcontext(trace)
                 )
                 with cancel, traced as recorder:
-                    stop, error = await _run_slots(source, rollout, config, log, tally, recorder)
+                    stop, error = await _run_slots(
+                        source, rollout, config, log, tally, recorder, window
+                    )
                 if stop == "completed" and tally.planned == 0:
                     # A stream or a SampleSource that gave no task (or none
                     # --id selected): a run that evaluated nothing must not pass.
@@ -417,7 +432,10 @@ async def _session(
             # outside cancellation included: run.json never stays unfinished.
             stop, error = _stopped(stop, error, drain, cancel)
             tasks = tally.task_rows(config.reduce, config.pass_threshold) if config.reduce else None
-            record = log.close(end(log.record, stop, error, tally, tasks or ()), tasks)
+            record = end(log.record, stop, error, tally, tasks or ())
+            if window is not None:
+                record = attrs.evolve(record, window=window.changes)
+            record = log.close(record, tasks)
     return record, tally
 
 
@@ -426,7 +444,7 @@ async def evaluate(
     *,
     num_tasks: int | None = None,
     rollouts: int = 1,
-    concurrency: int = 32,
+    concurrency: int | str = 32,
     shuffle: int | None = None,
     system_prompt: str | None = None,
     ids: Iterable[str | int] = (),
@@ -461,7 +479,10 @@ async def evaluate(
         num_tasks: Run at most this many tasks (needed for streaming and
             infinite tasksets).
         rollouts: Rollouts per task.
-        concurrency: Rollouts in flight at most.
+        concurrency: Rollouts in flight at most; ``"auto"`` (or
+            ``"auto:MAX"``) lets an :class:`~sluicegate.AdaptiveWindow`
+            find it, up to 256 (or MAX), and records its sizes in
+            ``run.json``.
         shuffle: Shuffle a static set with this seed.
         system_prompt: Text set as every task's system prompt.
         ids: Run only the tasks with these ids.

@@ -36,7 +36,8 @@ class RunTally:
         abandoned: Rollouts a drain left unstarted in a ``SampleSource``.
         abandoned_names: The first :data:`NAMED` of those, as ``(task id, rollout)``.
         cut_short: Rollouts a drain stopped between attempts.
-        concurrency: The ``-c`` bound, for the display.
+        concurrency: The ``-c`` bound, for the display (with ``-c auto``, the
+            adaptive window's size as of the latest finished rollout).
         started: ``trio.current_time()`` at the start, for rate and elapsed.
     """
 

@@ -48,6 +48,7 @@ class Placed:
             the end of its session.
         marks: The instants, moved the same way.
         in_flight: ``(time, runs in flight)`` steps, moved the same way.
+        window: ``(time, size)`` steps of a window object, moved the same way.
         sessions: Where each session after the first begins.
         slots: Rows needed: the most slots any session used.
         end: The end of the axis.
@@ -60,6 +61,7 @@ class Placed:
     sessions: list[float]
     slots: int
     end: float
+    window: list[tuple[float, int]] = attrs.field(factory=list)
 
 
 def place(timelines: Sequence[Timeline]) -> Placed:
@@ -70,6 +72,7 @@ def place(timelines: Sequence[Timeline]) -> Placed:
     ends: list[float] = []
     marks: list[Mark] = []
     in_flight: list[tuple[float, int]] = []
+    window: list[tuple[float, int]] = []
     sessions: list[float] = []
     offset = 0.0
     for number, timeline in enumerate(timelines):
@@ -91,9 +94,10 @@ def place(timelines: Sequence[Timeline]) -> Placed:
             ends.append(finished + offset)
         marks.extend(Mark(mark.what, mark.time + offset) for mark in timeline.marks)
         in_flight.extend((time + offset, count) for time, count in timeline.in_flight)
+        window.extend((time + offset, size) for time, size in timeline.window)
         offset += timeline.end
     slots = max((timeline.slots for timeline in timelines), default=0)
-    return Placed(spans, ends, marks, in_flight, sessions, slots, offset)
+    return Placed(spans, ends, marks, in_flight, sessions, slots, offset, window)
 
 
 def flight_columns(in_flight: Sequence[tuple[float, int]], end: float, columns: int) -> list[int]:

@@ -174,8 +174,17 @@ def _draw_timeline(slots: Axes, flight: Axes, timelines: Sequence[Timeline]) -> 
         highs.append(highs[-1])
         flight.step(times, highs, where="post", color="#333333", linewidth=1)
         flight.fill_between(times, highs, step="post", color="#333333", alpha=0.15)
+    top = rows
+    if placed.window:
+        # The window object's size, a step line over the runs in flight.
+        times = [time for time, _ in placed.window] + [placed.end]
+        sizes = [size for _, size in placed.window]
+        sizes.append(sizes[-1])
+        flight.step(times, sizes, where="post", color="#9467bd", linewidth=1.4, label="window")
+        flight.legend(loc="upper right", fontsize="small", frameon=False)
+        top = max(top, *sizes)
     flight.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
-    flight.set_ylim(0, max(rows, 1) * 1.1)
+    flight.set_ylim(0, max(top, 1) * 1.1)
     flight.set_ylabel("in flight")
     flight.set_xlabel("seconds")
     flight.set_xlim(0, max(placed.end, 1e-6))

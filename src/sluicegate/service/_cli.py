@@ -1,12 +1,14 @@
-"""``sluicegate journal show|errors PATH``: read a service's journal, even while it runs."""
+"""``sluicegate journal show|errors|trim PATH``: read or trim a journal, even while it runs."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from typing import Any
 
+from .._sqlite import display
 from ._convert import converter
 from ._journal import Journal, JournalEntry, JournalError
 
@@ -52,7 +54,7 @@ def _show(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
         return 0
     total = sum(counts.values())
-    print(f"journal {args.path}: {total:,} item(s)")
+    print(f"journal {display(args.path)}: {total:,} item(s)")
     width = len(f"{max(counts.values(), default=0):,}")
     for status, count in counts.items():
         print(f"  {status:<6} {count:>{width},}")
@@ -60,7 +62,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"  last finished {latest:%Y-%m-%d %H:%M:%S} UTC")
     if last:
         shown = f"last {len(last)} of {counts['error']:,}" if counts["error"] > len(last) else "all"
-        print(f"errors ({shown}; `sluicegate journal errors {args.path}` for tracebacks):")
+        print(f"errors ({shown}; `sluicegate journal errors {display(args.path)}` for tracebacks):")
         # Oldest first, newest last, as `journal errors` and --json list them.
         for entry in last:
             print(f"  {_when(entry)}  {entry.key}  {_headline(entry)}")
@@ -83,7 +85,7 @@ def _errors(args: argparse.Namespace) -> int:
         print(json.dumps(converter.unstructure(entries), indent=2))
         return 0
     if not entries:
-        print(f"no errors in {args.path}")
+        print(f"no errors in {display(args.path)}")
         return 0
     for number, entry in enumerate(entries):
         if number:
@@ -92,6 +94,24 @@ def _errors(args: argparse.Namespace) -> int:
         print(f"  {entry.attempts} attempt(s), finished {_when(entry)}")
         for line in (entry.traceback or "").rstrip("\n").splitlines():
             print(f"  {line}")
+    return 0
+
+
+def _trim(args: argparse.Namespace) -> int:
+    if not args.older_than >= 0:
+        print(
+            f"sluicegate journal trim: --older-than must be a number of days >= 0, "
+            f"got {args.older_than}",
+            file=sys.stderr,
+        )
+        return 2
+    before = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=args.older_than)
+    try:
+        forgotten = Journal(args.path).trim(before, errors=args.errors)
+    except (OSError, JournalError) as exc:
+        return _error(exc)
+    what = "item(s)" if args.errors else "successful item(s); errors kept"
+    print(f"forgot {forgotten:,} {what} finished before {before:%Y-%m-%d %H:%M:%S} UTC")
     return 0
 
 
@@ -118,3 +138,14 @@ def register(commands: Any) -> None:
     )
     errors.add_argument("--json", action="store_true", help="print them as a JSON list")
     errors.set_defaults(handler=_errors)
+    trim = actions.add_parser(
+        "trim",
+        help="forget old items (they run again if fed again); errors are kept unless --errors",
+    )
+    trim.add_argument("path", metavar="PATH", help="the journal file")
+    trim.add_argument(
+        "--older-than", type=float, required=True, metavar="DAYS",
+        help="forget items that finished more than DAYS days ago",
+    )  # fmt: skip
+    trim.add_argument("--errors", action="store_true", help="forget old errors (dead letters) too")
+    trim.set_defaults(handler=_trim)

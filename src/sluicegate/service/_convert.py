@@ -5,6 +5,11 @@ mappings, sequences, sets, attrs classes, dataclasses, datetimes, paths,
 ``Decimal`` as a string, ``UUID``) is stored as JSON; anything else is stored
 as its ``repr`` with the format ``"repr"``, so nothing a run returned is ever
 lost, only flattened.
+
+This is not the package's shared encoder (``sluicegate._values.encode``, which
+``results.jsonl`` uses): that one costs about 7 µs more per journaled item
+(an ``Encoded`` record and a JSON encoder built per call), measured with
+``bench/service.py``; the ``repr`` of a value is the shared ``safe_repr``.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from typing import Any, Literal
 
 from cattrs.preconf.json import make_converter
 
-__all__ = ["ValueFormat", "converter", "decode_value", "encode_value"]
+from .._values import safe_repr
+
+__all__ = ["ValueFormat", "converter", "decode_value", "encode_value", "storable"]
 
 ValueFormat = Literal["json", "repr"]
 
@@ -44,23 +51,23 @@ def encode_value(value: object) -> tuple[str, ValueFormat]:
     # digits raises, and a try costs nothing until it catches.
     try:
         kind = type(value)
-        if kind is str:
-            return _encode(value), "json"
         if kind is int:
             return str(value), "json"
-        return _encode(converter.unstructure(value)), "json"
+        text = _encode(value if kind is str else converter.unstructure(value))
+        if not text.isascii():
+            # A lone surrogate (a file name's undecodable byte, from
+            # os.fsdecode) is no UTF-8: SQLite could not store the text.
+            text.encode("utf-8")
+        return text, "json"
     except Exception:
-        return _safe_repr(value), "repr"
+        return storable(safe_repr(value)), "repr"
 
 
-def _safe_repr(value: object) -> str:
-    try:
-        return repr(value)
-    except Exception as exc:
-        # An int too long for repr() too: say what it was, never fail.
-        if isinstance(value, int):
-            return f"<int of {value.bit_length()} bits, too long to write out: {exc}>"
-        return f"<{type(value).__qualname__} whose repr() failed: {exc!r}>"
+def storable(text: str) -> str:
+    """``text`` as valid UTF-8: a lone surrogate becomes its ``\\udcXX`` escape."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def decode_value(text: str | None, fmt: str) -> Any:

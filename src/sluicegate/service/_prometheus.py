@@ -68,6 +68,13 @@ class _ServeCollector:
             total.in_flight,
         )  # fmt: skip
         yield GaugeMetricFamily(f"{prefix}_services", "serve() calls running now.", live)
+        window = services.window_size()
+        if window is not None:
+            yield GaugeMetricFamily(
+                f"{prefix}_window_size",
+                "The window size in force, summed over running services with a Window object.",
+                window,
+            )
         assert total.histogram is not None
         buckets: list[tuple[str, float]] = []
         cumulative = 0
@@ -93,7 +100,9 @@ def prometheus_collector(
     Metrics (with the default namespace): ``sluicegate_serve_items_total``
     (label ``outcome``: ok, failed, skipped), ``..._pulled_total``,
     ``..._retries_total``, ``..._cut_short_total``, ``..._in_flight``,
-    ``..._services`` and the histogram ``..._item_duration_seconds``. Counts
+    ``..._services``, the histogram ``..._item_duration_seconds``, and
+    ``..._window_size`` while a service runs under a window object (an
+    :class:`~sluicegate.AdaptiveWindow` sizes itself). Counts
     cover every ``serve()`` the process ran, finished ones included; the
     counters never go down (an item a failed service left in flight counts
     as cut short). Values are read when Prometheus scrapes; no port is

@@ -1,23 +1,34 @@
 """``serve()``: run a feed for as long as the process lives, on the one dispatcher.
 
-Each item goes through one wrapper run by the dispatcher (``run_each``):
-look its key up in the journal (skip it if it finished before), run it under
-the retry policy and timeout (:func:`~._retry.attempt`), record its outcome
-and wait for the commit, then tell ``on_outcome``. The wrapper holds the
-item's window place the whole time, so memory stays bounded by the window
-and an acknowledged item is always a durable one.
+The path of one item: the admission filter between the source and the
+dispatcher (``run_each``) asks the item's key once and looks it up in the
+journal; an item the journal holds is settled there as skipped, so it takes
+neither a window place nor a rate token. Any other item runs in the one
+per-item wrapper, under the retry policy and timeout
+(:func:`~.._retry.attempt`), which builds its :class:`ServedItem` and hands
+it to the one settle step: journal it (waiting for the commit when someone
+listens), count it, tell ``on_outcome`` and, for a failure, the recorder.
+The wrapper holds the item's window place until then, so memory stays
+bounded by the window and an acknowledged item is always a durable one.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-import math
 import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from functools import partial
 from typing import Any, Generic, Literal, TypeVar, final
 
@@ -25,14 +36,27 @@ import attrs
 import outcome
 import trio
 
+from .._checks import check_flag, check_seconds
 from .._dynamic import SampleSource
 from .._retry import CutShort, Retry, attempt
-from .._runner import BindsRun, Drain, Pacer, Recorder, _check_arguments, run_each
+from .._runner import (
+    BindsRun,
+    Drain,
+    Pacer,
+    Recorder,
+    WindowLike,
+    _check_arguments,
+    report_failure,
+    run_each,
+)
 from .._signals import DEFAULT_SIGNALS, check_signals, drain_on_signals
-from .._util import sole_exception, surely_sync
-from ._convert import ValueFormat, encode_value
-from ._journal import Journal, JournalEntry, JournalSession, error_row
+from .._sqlite import display
+from .._util import as_async_iterator, close_source, pace, sole_exception, surely_sync
+from ._convert import storable
+from ._journal import Journal
+from ._rows import JournalEntry, error_row, ok_row
 from ._stats import ServeStats, Snapshots, Tally, registry
+from ._writer import JournalWriter
 
 __all__ = ["ServeReport", "ServedItem", "serve"]
 
@@ -103,16 +127,6 @@ class ServeReport:
     elapsed_s: float
 
 
-def _check_seconds(name: str, value: object, *, zero_ok: bool) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds or None, not {value!r}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        bound = ">= 0" if zero_ok else "> 0"
-        raise ValueError(f"{name} must be finite and {bound}, got {value!r}")
-
-
 def _check_callable(name: str, value: object) -> None:
     if value is not None and not callable(value):
         raise TypeError(f"{name} must be callable or None, not {value!r}")
@@ -127,88 +141,11 @@ def _check_async(name: str, fn: object) -> None:
         )
 
 
-def _check(
-    source: object,
-    run: object,
-    window: object,
-    *,
-    key: object,
-    journal: object,
-    rerun_errors: object,
-    errors: object,
-    retry: object,
-    rate: object,
-    timeout: object,
-    drain: object,
-    signals: object,
-    grace: object,
-    on_outcome: object,
-    on_stats: object,
-    stats_interval: object,
-    trace: object,
-) -> tuple[Journal | None, tuple[signal.Signals, ...]]:
-    """Every argument check, before anything is opened or pulled."""
-    if window is None:
-        raise TypeError(
-            "serve() needs a bounded window (an int >= 1): a service's memory is bounded by it"
-        )
-    _check_arguments(source, run, window, rate, trace, drain)
-    # Refused here, not met at the first item: by then a plain function has
-    # run (its side effect done) and its result could not be awaited, which
-    # errors="record" would journal as a dead letter for every item.
-    _check_async("run", run)
-    _check_callable("key", key)
-    if journal is not None and not isinstance(journal, Journal):
-        if not isinstance(journal, (str, os.PathLike)):
-            raise TypeError(f"journal must be a path or a Journal, not {journal!r}")
-        journal = Journal(journal)
-    if journal is not None and key is None:
-        raise TypeError("a journal needs key=: a function giving each item's identity as a str")
-    if not isinstance(rerun_errors, bool):
-        raise TypeError(f"rerun_errors must be a bool, not {rerun_errors!r}")
-    if errors not in ("record", "raise"):
-        raise ValueError(f'errors must be "record" or "raise", not {errors!r}')
-    if retry is not None and not isinstance(retry, Retry):
-        raise TypeError(f"retry must be a sluicegate.Retry or None, not {retry!r}")
-    _check_seconds("timeout", timeout, zero_ok=False)
-    if drain is not None and not isinstance(drain, Drain):
-        raise TypeError(f"drain must be a sluicegate.Drain or None, not {drain!r}")
-    if isinstance(signals, (str, bytes)) or not isinstance(signals, Iterable):
-        raise TypeError(f"signals must be a sequence of signals, not {signals!r}")
-    wanted = check_signals(signals)
-    if wanted and threading.current_thread() is not threading.main_thread():
-        raise RuntimeError(
-            "serve() can only take signals in the main thread; pass signals=() and "
-            "stop it with a Drain (or by cancelling it)"
-        )
-    _check_seconds("grace", grace, zero_ok=True)
-    _check_callable("on_outcome", on_outcome)
-    if on_outcome is not None:
-        _check_async("on_outcome", on_outcome)
-    _check_callable("on_stats", on_stats)
-    _check_seconds("stats_interval", stats_interval, zero_ok=False)
-    if stats_interval is None:
-        raise TypeError("stats_interval must be a number of seconds, not None")
-    return journal, wanted
-
-
-def _check_key(name: object) -> None:
-    if not isinstance(name, str):
-        raise TypeError(f"key(item) must return a str, not {type(name).__name__}: {name!r}")
-
-
-def _key_of(key: Callable[[Any], str], item: object) -> str:
-    name = key(item)
-    if type(name) is not str:
-        _check_key(name)
-    return name
-
-
 async def serve(
     source: AsyncIterable[T] | Iterable[T] | BindsRun,
     run: Callable[[T], Awaitable[Any]],
     *,
-    window: int,
+    window: int | WindowLike,
     key: Callable[[T], str] | None = None,
     journal: str | os.PathLike[str] | Journal | None = None,
     rerun_errors: bool = False,
@@ -245,8 +182,9 @@ async def serve(
             ``FeedTaskset.stream()``, a :class:`~sluicegate.SampleSource`,
             or a sync iterable.
         run: The async function run for each item.
-        window: The most items in flight at once, an int >= 1 (not None:
-            a service's memory is bounded by its window).
+        window: The most items in flight at once, an int >= 1 or a
+            :class:`~sluicegate.Window` (not None: a service's memory is
+            bounded by its window).
         key: ``key(item) -> str``, the item's identity; required with a
             journal.
         journal: A path (the SQLite file, created with its directory if
@@ -257,8 +195,9 @@ async def serve(
             first failure cancels the rest and is raised as itself; it is
             not journaled and gets no ``on_outcome``).
         retry: A :class:`~sluicegate.Retry` policy for each item.
-        rate: A :class:`~sluicegate.RateLimit` on item starts; skipped items
-            take no token.
+        rate: A :class:`~sluicegate.RateLimit` on item starts; items the
+            journal holds take no token (but those of a ``SampleSource``,
+            looked up as they start, do).
         timeout: Seconds each attempt may take; an expiry is a
             :class:`TimeoutError`, retried when ``retry.on`` matches it.
         drain: A :class:`~sluicegate.Drain` of the caller's; requesting it
@@ -294,284 +233,396 @@ async def serve(
         Exception: with ``errors="raise"``, the first failure, as itself;
             an exception from ``on_outcome``, ``on_stats`` or ``key``.
     """
-    journal, wanted = _check(
-        source, run, window, key=key, journal=journal, rerun_errors=rerun_errors,
+    settings = _Settings.checked(
+        source, run, window=window, key=key, journal=journal, rerun_errors=rerun_errors,
         errors=errors, retry=retry, rate=rate, timeout=timeout, drain=drain,
         signals=signals, grace=grace, on_outcome=on_outcome, on_stats=on_stats,
         stats_interval=stats_interval, trace=trace,
     )  # fmt: skip
-    service = _Service(
-        source, run, window, key, rerun_errors, errors == "raise", retry, rate,
-        timeout, drain, wanted, grace, on_outcome, on_stats, stats_interval, trace,
-    )  # fmt: skip
-    if journal is None:
-        return await service.serve()
-    # Rows wait for their commit only when someone hears about the item
-    # (on_outcome); otherwise up to a backlog of them may, which keeps
-    # memory bounded by the window and a constant.
-    # In a worker thread: creating a journal waits for the write lock
-    # should another service hold it.
-    session = await trio.to_thread.run_sync(
-        partial(journal.open, on_commit=service.committed, backlog=max(_BACKLOG, window))
-    )
-    service.session = session
-    try:
-        return await service.serve()
-    finally:
-        await session.aclose()
+    return await _Service(source, settings).serve()
+
+
+@final
+@attrs.frozen
+class _Settings(Generic[T]):
+    """What :func:`serve` was asked to do, checked once before anything is opened or pulled."""
+
+    run: Callable[[T], Awaitable[Any]]
+    window: int | WindowLike
+    key: Callable[[T], str] | None
+    journal: Journal | None
+    rerun_errors: bool
+    raise_errors: bool
+    retry: Retry | None
+    rate: Pacer | None
+    timeout: float | None
+    drain: Drain
+    signals: tuple[signal.Signals, ...]
+    grace: float | None
+    on_outcome: Callable[[ServedItem[T]], Awaitable[None]] | None
+    on_stats: Callable[[ServeStats], Any] | None
+    stats_interval: float
+    trace: Recorder | None
+
+    @classmethod
+    def checked(
+        cls,
+        source: object,
+        run: Any,
+        *,
+        window: object,
+        key: Any,
+        journal: object,
+        rerun_errors: object,
+        errors: object,
+        retry: Any,
+        rate: Any,
+        timeout: Any,
+        drain: Any,
+        signals: object,
+        grace: Any,
+        on_outcome: Any,
+        on_stats: Any,
+        stats_interval: Any,
+        trace: Any,
+    ) -> _Settings[Any]:
+        """Every argument check, before anything is opened or pulled.
+
+        Raises:
+            TypeError, ValueError, RuntimeError: as :func:`serve` documents.
+        """
+        if window is None:
+            raise TypeError(
+                "serve() needs a bounded window (an int >= 1): a service's memory is bounded by it"
+            )
+        _check_arguments(source, run, window, rate, trace, drain)
+        # Refused here, not met at the first item: by then a plain function has
+        # run (its side effect done) and its result could not be awaited, which
+        # errors="record" would journal as a dead letter for every item.
+        _check_async("run", run)
+        _check_callable("key", key)
+        if journal is not None and not isinstance(journal, Journal):
+            if not isinstance(journal, (str, os.PathLike)):
+                raise TypeError(f"journal must be a path or a Journal, not {journal!r}")
+            journal = Journal(journal)
+        if journal is not None and key is None:
+            raise TypeError("a journal needs key=: a function giving each item's identity as a str")
+        rerun = check_flag(rerun_errors, "rerun_errors")
+        if errors not in ("record", "raise"):
+            raise ValueError(f'errors must be "record" or "raise", not {errors!r}')
+        if retry is not None and not isinstance(retry, Retry):
+            raise TypeError(f"retry must be a sluicegate.Retry or None, not {retry!r}")
+        check_seconds(timeout, "timeout", zero=False, none=True)
+        if drain is not None and not isinstance(drain, Drain):
+            raise TypeError(f"drain must be a sluicegate.Drain or None, not {drain!r}")
+        if isinstance(signals, (str, bytes)) or not isinstance(signals, Iterable):
+            raise TypeError(f"signals must be a sequence of signals, not {signals!r}")
+        wanted = check_signals(signals)
+        if wanted and threading.current_thread() is not threading.main_thread():
+            raise RuntimeError(
+                "serve() can only take signals in the main thread; pass signals=() and "
+                "stop it with a Drain (or by cancelling it)"
+            )
+        check_seconds(grace, "grace", none=True)
+        _check_callable("on_outcome", on_outcome)
+        if on_outcome is not None:
+            _check_async("on_outcome", on_outcome)
+        _check_callable("on_stats", on_stats)
+        check_seconds(stats_interval, "stats_interval", zero=False)
+        return _Settings(
+            run=run, window=window, key=key, journal=journal,  # type: ignore[arg-type]
+            rerun_errors=rerun, raise_errors=errors == "raise", retry=retry, rate=rate,
+            timeout=timeout, drain=drain if drain is not None else Drain(), signals=wanted,
+            grace=grace, on_outcome=on_outcome, on_stats=on_stats,
+            stats_interval=stats_interval, trace=trace,
+        )  # fmt: skip
+
+
+def _key_of(key: Callable[[Any], str], item: object) -> str:
+    name = key(item)
+    if type(name) is not str:
+        raise TypeError(f"key(item) must return a str, not {type(name).__name__}: {name!r}")
+    return name
+
+
+class _Ticket(Generic[T]):
+    """One item on its way from the source to the settle step, with its key and index."""
+
+    __slots__ = ("checked", "index", "item", "key", "recorded")
+
+    def __init__(self, item: T, key: str | None) -> None:
+        self.item = item
+        self.key = key
+        self.index = -1  # the dispatcher's, once a recorder hears of the pull
+        # Whether the journal was asked for its key, and what it held.
+        self.checked = False
+        self.recorded: JournalEntry | None = None
+
+
+class _Admission(Generic[T]):
+    """The source as the dispatcher sees it: tickets, with recorded keys settled as skipped.
+
+    A :class:`~sluicegate.SampleSource` (or any source that binds the run)
+    counts each item it hands out until that item's run is over, so its
+    items are not held back here: each is looked up as its run starts.
+    """
+
+    def __init__(self, service: _Service[T], source: Any) -> None:
+        self._service = service
+        self._source = source
+
+    def bind_run(
+        self,
+        run: Callable[[Any], Awaitable[Any]],
+        /,
+        *,
+        admitting: Callable[[], bool] | None = None,
+        drained: Callable[[], bool] | None = None,
+    ) -> tuple[AsyncIterator[_Ticket[T]], Callable[[Any], Awaitable[Any]]]:
+        service = self._service
+        source = self._source
+        if not isinstance(source, BindsRun):
+            return _Tickets(service, source, skips=True), service.serve_one
+        if isinstance(source, SampleSource) and _GaveUpOn.fits(source):
+            source, per_item = _GaveUpOn(source), service.serve_one
+        else:
+            per_item = service.serve_value
+        items, bound = source.bind_run(per_item, admitting=admitting, drained=drained)
+        return _Tickets(service, items, skips=False), bound
+
+
+class _Tickets(Generic[T]):
+    """The items of a source as tickets; with ``skips``, recorded ones are settled here."""
+
+    __slots__ = ("_async", "_service", "_skipped", "_skips", "_sync")
+
+    def __init__(self, service: _Service[T], source: Any, *, skips: bool) -> None:
+        self._service = service
+        self._skips = skips and service.writer is not None
+        self._skipped = 0
+        self._async: AsyncIterator[T] | None = None
+        self._sync: Iterator[T] | None = None
+        if isinstance(source, AsyncIterable):
+            self._async = as_async_iterator(source)
+        else:
+            self._sync = iter(source)
+
+    def __aiter__(self) -> _Tickets[T]:
+        return self
+
+    async def __anext__(self) -> _Ticket[T]:
+        service = self._service
+        key = service.settings.key
+        while True:
+            if self._sync is not None:
+                try:
+                    item = next(self._sync)
+                except StopIteration:
+                    raise StopAsyncIteration from None
+            else:
+                item = await anext(self._async)  # type: ignore[arg-type]
+            ticket = _Ticket(item, None if key is None else _key_of(key, item))
+            if not (self._skips and await service.skipped(ticket)):
+                return ticket
+            # A restart may skip a long run of recorded items: stay
+            # cancellable, and let other tasks in, as any loop over items.
+            self._skipped += 1
+            await pace(self._skipped)
+
+    async def aclose(self) -> None:
+        await close_source(self._async if self._async is not None else self._sync)
+
+
+class _Numbering:
+    """The caller's recorder, told of items rather than tickets; tickets learn their index."""
+
+    def __init__(self, inner: Recorder) -> None:
+        self._inner = inner
+
+    def pulled(self, index: int, ticket: Any, /) -> None:
+        ticket.index = index
+        self._inner.pulled(index, ticket.item)
+
+    def started(self, index: int, /) -> None:
+        self._inner.started(index)
+
+    def finished(self, index: int, error: BaseException | None, /) -> None:
+        self._inner.finished(index, error)
+
+    def marked(self, what: str, /) -> None:
+        self._inner.marked(what)
+
+    def errored(self, index: int, error: BaseException | str, /) -> None:
+        report_failure(self._inner, index, error)
 
 
 class _Service(Generic[T]):
-    """One call of :func:`serve`: its settings, counters and the per-item wrapper."""
+    """One call of :func:`serve`: its settings, counters, journal and the per-item steps."""
 
-    def __init__(
-        self,
-        source: Any,
-        run: Callable[[T], Awaitable[Any]],
-        window: int,
-        key: Callable[[T], str] | None,
-        rerun_errors: bool,
-        raise_errors: bool,
-        retry: Retry | None,
-        rate: Pacer | None,
-        timeout: float | None,
-        drain: Drain | None,
-        signals: tuple[signal.Signals, ...],
-        grace: float | None,
-        on_outcome: Callable[[ServedItem[T]], Awaitable[None]] | None,
-        on_stats: Callable[[ServeStats], Any] | None,
-        stats_interval: float,
-        trace: Recorder | None,
-    ) -> None:
+    def __init__(self, source: Any, settings: _Settings[T]) -> None:
         self.source = source
-        self.run = run
-        self.window = window
-        self.key = key
-        self.session: JournalSession | None = None
-        self.rerun_errors = rerun_errors
-        self.raise_errors = raise_errors
-        self.retry = retry
-        self.rate = rate
-        self.timeout = timeout
-        self.drain = drain if drain is not None else Drain()
-        self.signals = signals
-        self.grace = grace
-        self.on_outcome = on_outcome
-        self.on_stats = on_stats
-        self.stats_interval = stats_interval
-        self.trace = trace
-        self.ticking = on_stats is not None or logger.isEnabledFor(logging.INFO)
-        self.tally = Tally(histogram=self.ticking or registry.watchers > 0)
+        self.settings = settings
+        self.drain = settings.drain
+        self.writer: JournalWriter | None = None
+        self.ticking = settings.on_stats is not None or logger.isEnabledFor(logging.INFO)
+        # Latencies are kept only for someone who reads them; nothing else
+        # depends on the logging level or on a metrics registry.
+        self.tally = Tally(histogram=self.ticking or registry.watchers > 0, window=settings.window)
         self.debug = logger.isEnabledFor(logging.DEBUG)
-        # A SampleSource hears each item's result (on_complete).
-        self.values_matter = isinstance(source, BindsRun)
-        # ... and, through _GaveUpOn, about the items that produced none.
-        self.gives_up = _GaveUpOn.fits(source)
-        if self.gives_up:
-            self.source = _GaveUpOn(source)
-        # A recorder that can tell failed items from successes (a Timeline)
-        # hears about them from the consumer, which knows each item's index.
-        self.mark_errors = (
-            trace is not None
-            and callable(getattr(trace, "errored", None))
-            and not self.values_matter
-        )
-        # What the per-item wrapper must do beyond the least.
-        self.once = retry is None and timeout is None
-        self.timed = on_outcome is not None or self.tally.histogram is not None or self.debug
-        # Whether a failure is handed on as a _Failed rather than as None.
-        self.mark_failures = self.mark_errors or self.gives_up
-        self.entries_matter = on_outcome is not None or self.values_matter
+        # Keys of items running now, with the event a copy fed meanwhile
+        # waits on (made only then) before it is looked up like any key.
+        self.flights: dict[str, trio.Event | None] = {}
+        # A source that binds the run (a SampleSource) hears of skipped items.
+        self.binds = isinstance(source, BindsRun)
 
-    # -- one item ----------------------------------------------------------------------
+    # -- one item ------------------------------------------------------------------------
 
-    def wrapper(self) -> Callable[[T], Awaitable[Any]]:
-        """The per-item function for the dispatcher: the lean one when nothing needs more."""
-        if (
-            self.session is None
-            and self.retry is None
-            and self.timeout is None
-            and self.on_outcome is None
-            and self.tally.histogram is None
-            and not self.debug
-        ):
-            return self.lean
-        return self.served
-
-    async def lean(self, item: T) -> Any:
-        """:meth:`served` with no journal, retry, timeout, callback or latencies to keep."""
-        if self.key is not None:
-            # Asked as served() asks it, so that a bad key fails the service
-            # whichever wrapper the logging level picked.
-            _key_of(self.key, item)
+    async def skipped(self, ticket: _Ticket[T]) -> bool:
+        """Settle ``ticket`` as skipped if the journal holds its key; else mark it in flight."""
+        writer = self.writer
+        assert writer is not None and ticket.key is not None
+        ticket.checked = True
+        name = ticket.key
+        flights = self.flights
+        if name in flights:
+            # A copy of this key is running: wait for its end, then look it up.
+            flight = flights[name]
+            if flight is None:
+                flight = flights[name] = trio.Event()
+            await flight.wait()
+            # Its row may still wait for its commit: commit it now.
+            await writer.flush()
+        status = writer.status(name)
+        if status is None or (status == "error" and self.settings.rerun_errors):
+            flights[name] = None
+            return False
         tally = self.tally
         tally.pulled += 1
-        try:
-            value = await self.run(item)
-        except Exception as error:
-            return self.lean_failed(item, error)
-        except BaseException:
-            tally.cut += 1
-            raise
-        tally.ok += 1
-        return value
+        tally.skipped += 1
+        if self.debug:
+            logger.debug("item %s skipped: the journal holds it", name)
+        on_outcome = self.settings.on_outcome
+        if on_outcome is not None or self.binds:
+            ticket.recorded = writer.entry(name)
+        entry = ticket.recorded
+        if on_outcome is not None and entry is not None:
+            await on_outcome(
+                ServedItem(ticket.item, name, entry.ok, entry.value, entry.error, entry.attempts,
+                           entry.duration_s, True)
+            )  # fmt: skip
+        return True
 
-    def lean_failed(self, item: T, error: Exception) -> Any:
-        """What :meth:`lean` does with a failure: raise it, or count and log it."""
-        if self.raise_errors:
-            raise error
-        self.tally.failed += 1
-        logger.warning("%s failed after 1 attempt(s): %r", self.label(item), error)
-        return _Failed(error) if self.mark_failures else None
+    async def serve_one(self, ticket: _Ticket[T]) -> ServedItem[T] | None:
+        """Run one item and settle it; None when it was cut short (it runs again later).
 
-    async def served(self, item: T) -> Any:
-        """Run one item and record it; the window place is held until it is acknowledged.
-
-        Returns what the run returned (a :class:`~sluicegate.SampleSource`'s
-        ``on_complete`` gets it): None for a failure or an item cut short, the
-        recorded value for a skipped one.
+        Returns the :class:`ServedItem` the settle step was given (a
+        :class:`~sluicegate.SampleSource` hears of it through :class:`_GaveUpOn`).
         """
+        settings = self.settings
         tally = self.tally
+        if not ticket.checked and self.writer is not None and await self.skipped(ticket):
+            return None  # an item of a SampleSource, looked up as it starts (see _Admission)
         tally.pulled += 1
-        name: str | None = None
-        if self.key is not None:
-            name = _key_of(self.key, item)
-        session = self.session
-        if session is not None:
-            assert name is not None
-            # The one-column query first: most keys are new ones.
-            status = session.status(name)
-            if status is not None and (status == "ok" or not self.rerun_errors):
-                entry = session.entry(name) if self.entries_matter else None
-                return await self.skip(item, name, entry)
         started = time.time()
-        start = trio.current_time() if self.timed else 0.0
-        value: Any = None
-        error: BaseException | None = None
-        attempts = 1
-        if self.once:
-            try:
-                value = await self.run(item)
-            except Exception as exc:
-                error = exc
-            except BaseException:
-                # A grace or second signal cancelled it: not journaled, so a
-                # restart runs it again.
-                tally.cut += 1
-                raise
+        start = trio.current_time()
+        try:
+            tried = await attempt(
+                partial(settings.run, ticket.item), retry=settings.retry,
+                limit=settings.timeout, drain=self.drain, on_retry=self.retrying,
+            )  # fmt: skip
+        except CutShort as cut:
+            logger.info(
+                "%s cut short by a drain while waiting to retry (%d attempt(s)): %r",
+                self.label(ticket), cut.attempts, cut.last,
+            )  # fmt: skip
+            tally.cut += 1
+            self.landed(ticket)
+            return None
+        except BaseException:
+            # A grace or second signal cancelled it: not journaled, so a
+            # restart runs it again.
+            tally.cut += 1
+            self.landed(ticket)
+            raise
+        attempts = tried.attempts
+        result = tried.result
+        if type(result) is outcome.Value:
+            value, error = result.value, None
         else:
-            try:
-                tried = await self.attempt(item, name)
-            except BaseException:
-                tally.cut += 1
-                raise
-            if tried is None:  # a drain cut its backoff
-                tally.cut += 1
-                return _CUT if self.gives_up else None
-            attempts, value, error = tried
-        if error is not None:
-            if self.raise_errors:
+            value, error = None, result.error
+            if settings.raise_errors:
+                self.landed(ticket)
                 raise error
+        served = ServedItem(ticket.item, ticket.key, error is None, value, error, attempts,
+                            trio.current_time() - start)  # fmt: skip
+        try:
+            await self.settle(ticket, served, started)
+        finally:
+            self.landed(ticket)
+        return served
+
+    async def serve_value(self, ticket: _Ticket[T]) -> Any:
+        """:meth:`serve_one` for a source that binds the run its own way: the value only."""
+        served = await self.serve_one(ticket)
+        return None if served is None else served.value
+
+    async def settle(self, ticket: _Ticket[T], served: ServedItem[T], started: float) -> None:
+        """The one place an item that ran is journaled, counted and told of."""
+        tally = self.tally
+        tally.observe(served.duration_s)
+        if not served.ok:
             logger.warning(
-                "%s failed after %d attempt(s): %r", self.label(item, name), attempts, error
-            )
-        duration = 0.0
-        if self.timed:
-            duration = trio.current_time() - start
-            tally.observe(duration)
-        if session is None:
-            if error is None:
+                "%s failed after %d attempt(s): %r", self.label(ticket), served.attempts,
+                served.error,
+            )  # fmt: skip
+            report_failure(self.settings.trace, ticket.index, served.error)  # type: ignore[arg-type]
+        writer = self.writer
+        if writer is None:
+            if served.ok:
                 tally.ok += 1
             else:
                 tally.failed += 1
         else:
             # Counted once committed (see committed()), not before.
+            name = ticket.key
             assert name is not None
-            if error is None:
-                batch = session.add_ok(
-                    name, attempts, _NULL if value is None else encode_value(value), started,
-                    time.time(),
-                )  # fmt: skip
+            finished = time.time()
+            if served.ok:
+                batch = writer.add_ok(
+                    ok_row(name, served.attempts, served.value, started, finished)
+                )
             else:
-                batch = session.add_error(error_row(name, attempts, error, started, time.time()))
+                assert served.error is not None
+                batch = writer.add_error(
+                    error_row(name, served.attempts, served.error, started, finished)
+                )
             tally.pending += 1
-            if self.on_outcome is not None or session.backlogged:
-                await session.committed(batch)
+            if self.settings.on_outcome is not None or writer.backlogged:
+                await writer.committed(batch)
         if self.debug:
             logger.debug(
-                "%s %s after %d attempt(s) in %.3f s",
-                self.label(item, name),
-                "failed" if error is not None else "ok",
-                attempts,
-                duration,
-            )
-        if self.on_outcome is not None:
-            await self.on_outcome(
-                ServedItem(item, name, error is None, value, error, attempts, duration, False)
-            )
-        if error is not None and self.mark_failures:
-            return _Failed(error)
-        return value
-
-    async def skip(self, item: T, name: str, entry: JournalEntry | None) -> Any:
-        """Hand on a recorded outcome; ``entry`` is there when someone hears it."""
-        # No schedule point since this worker pulled the item, so the token
-        # it took is still the limiter's latest: refund exactly.
-        if self.rate is not None:
-            self.rate.refund()
-        self.tally.skipped += 1
-        if self.debug:
-            logger.debug("item %s skipped: the journal holds it", name)
-        if entry is None:
-            return None
-        if self.on_outcome is not None:
-            await self.on_outcome(
-                ServedItem(item, name, entry.ok, entry.value, entry.error, entry.attempts,
-                           entry.duration_s, True)
+                "%s %s after %d attempt(s) in %.3f s", self.label(ticket),
+                "ok" if served.ok else "failed", served.attempts, served.duration_s,
             )  # fmt: skip
-        if not entry.ok and self.gives_up:
-            return _Failed(entry.error)  # type: ignore[arg-type]
-        return entry.value
+        if self.settings.on_outcome is not None:
+            await self.settings.on_outcome(served)
 
-    async def attempt(self, item: T, name: str | None) -> _Tried | None:
-        """Run one item under the retry policy and timeout.
-
-        Returns:
-            The attempts made, the value (None for a failure) and the last
-            attempt's error, or None when a drain cut the item short.
-        """
-        try:
-            tried = await attempt(
-                partial(self.run, item), retry=self.retry, limit=self.timeout, drain=self.drain,
-                on_retry=self.retrying,
-            )  # fmt: skip
-        except CutShort as cut:
-            logger.info(
-                "%s cut short by a drain while waiting to retry (%d attempt(s)): %r",
-                self.label(item, name),
-                cut.attempts,
-                cut.last,
-            )
-            return None
-        result = tried.result
-        if type(result) is outcome.Error:
-            return tried.attempts, None, result.error
-        return tried.attempts, result.value, None
+    def landed(self, ticket: _Ticket[T]) -> None:
+        """``ticket``'s run is over: a copy of its key waiting to be looked up may go on."""
+        if self.writer is not None and ticket.key is not None:
+            flight = self.flights.pop(ticket.key, None)
+            if flight is not None:
+                flight.set()
 
     def retrying(self) -> None:
         """Count an extra attempt as it starts: a drain or grace may cut it short later."""
         self.tally.retried += 1
 
-    def label(self, item: T, name: str | None = None) -> str:
+    def label(self, ticket: _Ticket[T]) -> str:
         """How log lines name an item: by its key when there is one."""
-        if name is None and self.key is not None:
-            try:
-                name = _key_of(self.key, item)
-            except Exception:
-                name = None
-        if name is not None:
-            return f"item {name}"
-        text = repr(item)
+        if ticket.key is not None:
+            return f"item {storable(ticket.key)}"  # a lone surrogate could not be logged
+        text = repr(ticket.item)
         return f"item {text if len(text) <= 60 else text[:57] + '...'}"
 
     def committed(self, ok: int, failed: int) -> None:
@@ -584,56 +635,84 @@ class _Service(Generic[T]):
     # -- the whole service ---------------------------------------------------------------
 
     async def serve(self) -> ServeReport:
+        settings = self.settings
         tally = self.tally
         drain = self.drain
         registry.add(tally)
         start = trio.current_time()
         interrupt = trio.CancelScope()
         try:
-            with interrupt:
-                # Signals are taken first: one that arrives once the service
-                # says it started must drain it, not kill it.
-                async with drain_on_signals(drain, signals=self.signals, cancel_scope=interrupt):
-                    logger.info(
-                        "serve: starting (window %d%s%s%s%s)", self.window,
-                        "" if self.session is None else f", journal {self.session.journal.path}",
-                        "" if self.retry is None else f", {_describe(self.retry)}",
-                        "" if self.rate is None else f", rate {self.rate!r}",
-                        "" if self.timeout is None else f", timeout {self.timeout:g} s",
-                    )  # fmt: skip
-                    await self.run_until_stopped(start)
-            if interrupt.cancelled_caught:
-                reason: StopReason = "interrupted"
-            elif drain.requested:
-                reason = "drained"
-            else:
-                reason = "exhausted"
-            elapsed = trio.current_time() - start
-            logger.info(
-                "serve: stopped (%s) after %.1f s: %d ok, %d failed, %d skipped, %d retried,"
-                " %d cut short", reason, elapsed, tally.ok, tally.failed, tally.skipped,
-                tally.retried, tally.cut,
-            )  # fmt: skip
+            # Signals are taken first, and given back last: one that arrives
+            # once the service says it started must drain it, not kill it,
+            # and so must one that arrives while the journal closes.
+            async with drain_on_signals(drain, signals=settings.signals, cancel_scope=interrupt):
+                with interrupt:
+                    await self.open_and_run(start)
+                if interrupt.cancelled_caught:
+                    reason: StopReason = "interrupted"
+                elif drain.requested:
+                    reason = "drained"
+                else:
+                    reason = "exhausted"
+                elapsed = trio.current_time() - start
+                logger.info(
+                    "serve: stopped (%s) after %.1f s: %d ok, %d failed, %d skipped, %d retried,"
+                    " %d cut short", reason, elapsed, tally.ok, tally.failed, tally.skipped,
+                    tally.retried, tally.cut,
+                )  # fmt: skip
             return ServeReport(
                 tally.ok, tally.failed, tally.skipped, tally.retried, reason, elapsed
             )
         finally:
             registry.retire(tally)
 
+    async def open_and_run(self, start: float) -> None:
+        settings = self.settings
+        journal = settings.journal
+        if journal is not None:
+            # In a worker thread: creating a journal waits for the write
+            # lock should another service hold it. Rows wait for their
+            # commit only when someone hears about the item (on_outcome);
+            # otherwise up to a backlog of them may, which keeps memory
+            # bounded by the window and a constant.
+            self.writer = await trio.to_thread.run_sync(
+                partial(journal.open, on_commit=self.committed,
+                        backlog=_backlog(settings.window))
+            )  # fmt: skip
+        try:
+            logger.info(
+                "serve: starting (window %s%s%s%s%s)", settings.window,
+                "" if journal is None else f", journal {display(journal.path)}",
+                "" if settings.retry is None else f", {_describe(settings.retry)}",
+                "" if settings.rate is None else f", rate {settings.rate!r}",
+                "" if settings.timeout is None else f", timeout {settings.timeout:g} s",
+            )  # fmt: skip
+            await self.run_until_stopped(start)
+        finally:
+            if self.writer is not None:
+                logger.debug("serve: closing the journal %s", display(self.writer.path))
+                await self.writer.aclose()
+
     async def run_until_stopped(self, start: float) -> None:
+        settings = self.settings
         failure: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:
-                if self.session is not None:
-                    nursery.start_soon(self.session.run_writer)
-                    nursery.start_soon(self.session.run_checkpointer)
+                if self.writer is not None:
+                    nursery.start_soon(self.writer.run)
                 if self.ticking:
                     nursery.start_soon(self.tick, start)
                 graced = trio.CancelScope()
-                if self.grace is not None:
+                if settings.grace is not None:
                     nursery.start_soon(self.cut_after_grace, graced)
                 with graced:
-                    await self.stream()
+                    await run_each(
+                        _Admission(self, self.source), self.serve_one, window=settings.window,
+                        drain=self.drain, rate=settings.rate,
+                        trace=None if settings.trace is None else _Numbering(settings.trace),
+                    )  # fmt: skip
+                if self.writer is not None:
+                    await self.writer.flush()
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             # The helper tasks only end by cancellation: the group holds the
@@ -643,36 +722,14 @@ class _Service(Generic[T]):
         if failure is not None:
             raise failure
 
-    async def stream(self) -> None:
-        each = None
-        if self.mark_errors:
-            errored = self.trace.errored  # type: ignore[union-attr]
-
-            def each(index: int, item: object, value: object) -> None:
-                # The timeline shows as errors the failures serve() records.
-                if type(value) is _Failed:
-                    errored(index, value.error)
-
-        # Each item's outcome is dealt with inside its run (journal, counts,
-        # on_outcome), so no result is handed over: its place frees as it ends.
-        await run_each(
-            self.source,
-            self.wrapper(),
-            window=self.window,
-            each=each,
-            drain=self.drain,
-            rate=self.rate,
-            trace=self.trace,
-        )
-
     async def cut_after_grace(self, graced: trio.CancelScope) -> None:
         await self.drain.wait()
-        assert self.grace is not None
-        await trio.sleep(self.grace)
+        assert self.settings.grace is not None
+        await trio.sleep(self.settings.grace)
         logger.warning(
             "serve: grace of %g s is over: cancelling %d item(s) still running"
             " (%d finished one(s) waiting for their journal commit are kept)",
-            self.grace,
+            self.settings.grace,
             self.tally.running,
             self.tally.pending,
         )
@@ -680,8 +737,9 @@ class _Service(Generic[T]):
 
     async def tick(self, start: float) -> None:
         snapshots = Snapshots(self.tally, start)
+        on_stats = self.settings.on_stats
         while True:
-            await trio.sleep(self.stats_interval)
+            await trio.sleep(self.settings.stats_interval)
             stats = snapshots.take(trio.current_time())
             logger.info(
                 "serve: %d in flight, %d ok, %d failed, %d skipped, %d retried; %.1f items/s,"
@@ -689,29 +747,21 @@ class _Service(Generic[T]):
                 stats.retried, stats.items_per_s, _seconds(stats.latency_p50_s),
                 _seconds(stats.latency_p99_s),
             )  # fmt: skip
-            if self.on_stats is not None:
-                result = self.on_stats(stats)
+            if on_stats is not None:
+                result = on_stats(stats)
                 if inspect.isawaitable(result):
                     await result
-
-
-class _Failed:
-    """What the wrapper hands the consumer for a failed item, when a recorder wants it."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
 
 
 class _GaveUpOn(SampleSource[Any, Any]):
     """A :class:`~sluicegate.SampleSource` as :func:`serve` binds it.
 
     ``on_complete`` hears what ``run`` returned, as under
-    :func:`~sluicegate.run_stream`; an item that returned nothing (it failed
-    and was recorded, a drain cut its retries short, or the journal holds
-    it as an error) is reported to ``on_abandoned`` instead, since under
-    ``serve()`` the stream goes on past it.
+    :func:`~sluicegate.run_stream`; an item that ended with nothing to hand on
+    (it failed and was recorded, a drain cut its retries short, or the
+    journal holds it as an error) is reported to ``on_abandoned`` instead,
+    since under ``serve()`` the stream goes on past it. The items it sees
+    from the dispatcher are tickets; it hands the source the items.
     """
 
     def __init__(self, inner: SampleSource[Any, Any]) -> None:
@@ -728,11 +778,21 @@ class _GaveUpOn(SampleSource[Any, Any]):
     async def next(self) -> Sequence[Any] | None:
         return await self._inner.next()
 
-    async def on_complete(self, item: Any, result: Any) -> Sequence[Any] | None:
-        if type(result) is _Failed or result is _CUT:
-            await self._inner.on_abandoned(item)
+    async def on_complete(self, ticket: Any, served: Any) -> Sequence[Any] | None:
+        if served is None:
+            # Cut short by a drain, or skipped: the journal's entry decides.
+            return await self._settled(ticket)
+        if not served.ok:
+            await self._inner.on_abandoned(ticket.item)
             return None
-        return await self._inner.on_complete(item, result)
+        return await self._inner.on_complete(ticket.item, served.value)
+
+    async def _settled(self, ticket: Any) -> Sequence[Any] | None:
+        entry = ticket.recorded
+        if entry is None or not entry.ok:
+            await self._inner.on_abandoned(ticket.item)
+            return None
+        return await self._inner.on_complete(ticket.item, entry.value)
 
     async def on_abandoned(self, item: Any) -> None:
         await self._inner.on_abandoned(item)
@@ -741,10 +801,12 @@ class _GaveUpOn(SampleSource[Any, Any]):
         return self._inner._admit(items, rollout)
 
 
-_Tried = tuple[int, Any, BaseException | None]  # attempts, value, error
-_NULL: tuple[str, ValueFormat] = ("null", "json")  # encode_value(None)
 _BACKLOG = 1024  # uncommitted rows before a service without on_outcome waits
-_CUT: Any = object()  # what a SampleSource's run returns for an item a drain cut short
+
+
+def _backlog(window: object) -> int:
+    # A Window may grow while the service runs: its size now is no bound.
+    return max(_BACKLOG, window) if isinstance(window, int) else _BACKLOG
 
 
 def _describe(retry: Retry) -> str:

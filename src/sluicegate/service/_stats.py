@@ -17,6 +17,8 @@ from typing import final
 
 import attrs
 
+from .._runner import WindowLike
+
 __all__ = [
     "BOUNDS",
     "ServeStats",
@@ -58,9 +60,10 @@ class Tally:
         "retried",
         "seconds",
         "skipped",
+        "window",
     )
 
-    def __init__(self, *, histogram: bool) -> None:
+    def __init__(self, *, histogram: bool, window: object = None) -> None:
         self.pulled = 0
         self.pending = 0  # finished, waiting for their journal commit
         self.ok = 0
@@ -70,6 +73,8 @@ class Tally:
         self.cut = 0
         self.seconds = 0.0  # summed durations, for a Prometheus histogram's _sum
         self.histogram: list[int] | None = [0] * (len(BOUNDS) + 1) if histogram else None
+        # The service's window object, whose size a scrape reads; None for an int window.
+        self.window = window if isinstance(window, WindowLike) else None
 
     @property
     def ended(self) -> int:
@@ -142,6 +147,9 @@ class ServeStats:
             journaled: they run again on restart). Every pulled item is
             counted in exactly one of ``in_flight``, ``ok``, ``failed``,
             ``skipped`` and ``cut_short``.
+        window: The size in force of the :class:`~sluicegate.Window` passed
+            as ``window=`` (an :class:`~sluicegate.AdaptiveWindow` sets its
+            own); None for an int window.
     """
 
     elapsed_s: float
@@ -157,6 +165,7 @@ class ServeStats:
     latency_p95_s: float | None
     latency_p99_s: float | None
     cut_short: int = 0
+    window: int | None = None
 
 
 class Snapshots:
@@ -164,6 +173,7 @@ class Snapshots:
 
     def __init__(self, tally: Tally, start: float) -> None:
         self._tally = tally
+        self._window = tally.window
         self._start = start
         self._last_time = start
         self._last_done = 0
@@ -189,6 +199,7 @@ class Snapshots:
             latency_p50_s=percentile(recent, 0.50),
             latency_p95_s=percentile(recent, 0.95),
             latency_p99_s=percentile(recent, 0.99),
+            window=None if self._window is None else self._window.size,
         )
         self._last_time = now
         self._last_done = done
@@ -232,6 +243,12 @@ class _Registry:
             if tally.histogram is not None and done.histogram is not None:
                 for index, count in enumerate(tally.histogram):
                     done.histogram[index] += count
+
+    def window_size(self) -> int | None:
+        """The sizes of the running services' window objects, summed; None when none has one."""
+        with self._lock:
+            sizes = [tally.window.size for tally in self._live.values() if tally.window is not None]
+        return sum(sizes) if sizes else None
 
     def totals(self) -> tuple[Tally, int]:
         """Counters summed over every service this process ran, and how many run now."""

@@ -1,4 +1,4 @@
-"""serve(): error isolation, the journal, retries, rate, timeout, signals, stats, bad arguments."""
+"""serve(): outcomes, the journal, retries, rate, signals, stats and logs, end to end."""
 
 from __future__ import annotations
 
@@ -89,19 +89,6 @@ async def test_an_exception_from_on_outcome_fails_the_service() -> None:
 
     with pytest.raises(KeyError, match="acknowledging failed"):
         await serve(range(5), double, window=2, on_outcome=broken, signals=())
-
-
-async def test_key_must_give_a_str() -> None:
-    with pytest.raises(TypeError, match=r"key\(item\) must return a str, not int"):
-        await serve(
-            range(3),
-            double,
-            window=2,
-            key=lambda n: n,  # type: ignore[arg-type,return-value]
-            journal=None,
-            on_outcome=Outcomes(),
-            signals=(),
-        )
 
 
 # -- the journal -------------------------------------------------------------------------

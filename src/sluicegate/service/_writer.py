@@ -1,0 +1,327 @@
+"""The journal as a running service holds it: lookups, and rows committed in groups.
+
+Lookups ("has this key finished?") run on the trio thread, each its own
+short read (a key lookup in a B-tree whose hot pages are cached): no read
+transaction is held open, so nothing pins the WAL. Rows go into the pending
+batch, and one writer task commits the whole batch at once (group commit):
+at once when someone waits for one of its rows, else once ``_GROUP_ROWS``
+rows are there or ``_GROUP_S`` seconds have passed.
+
+Where a commit runs: with ``synchronous="normal"`` a commit in WAL mode does
+not wait for the disk, so it runs on the trio thread, unless another
+connection holds the write lock, in which case that one commit waits for it
+in a worker thread. With ``synchronous="full"`` every commit fsyncs, so
+every commit runs in a worker thread.
+
+Checkpoints: once a commit leaves the WAL past ``_WAL_BYTES``, the writer
+task copies it into the database in a worker thread (the fsync of
+``synchronous="normal"``) before it commits again; with no commit of its own
+in between, the copy completes, and the next commit starts the WAL again
+from its beginning (cut back to ``journal_size_limit``). Since no connection
+holds a read transaction for long, this works with several services on one
+journal too. docs/service.md compares this with the dedicated checkpointer
+it replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from .. import _sqlite
+from .._sqlite import display
+from ._rows import LOOKUP, STATUS, ErrorRow, JournalEntry, JournalError, OkRow, insert, stored_key
+
+__all__ = ["Batch", "Committed", "JournalWriter", "connect_writer"]
+
+# A commit waits this long for another writer's lock before failing the service.
+BUSY_TIMEOUT_S = 30.0
+# How often a commit waiting for the lock looks whether it was cancelled.
+_POLL_S = 0.05
+_GROUP_ROWS = 256  # rows that make a commit due when nobody waits for one
+_GROUP_S = 0.02  # how long rows nobody waits for may stay uncommitted
+_WAL_BYTES = 4 << 20  # WAL size that makes a checkpoint due; what a restarted WAL is cut to
+
+Committed = Callable[[int, int], None]
+
+
+def connect_writer(path: Path, synchronous: str) -> sqlite3.Connection:
+    """A read-write connection to the journal at ``path``, set up for a service."""
+    # Used by one thread at a time, though not always the same one. The
+    # writer's commits set their busy timeout to 0 once it is open: the trio
+    # thread must not block, and a worker thread waits in steps it can be
+    # cancelled between (see JournalWriter._commit).
+    db = _sqlite.connect(path, "rw", timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+    try:
+        db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        # Checkpoints are the writer task's, in a worker thread (see above).
+        db.execute("PRAGMA wal_autocheckpoint = 0")
+        db.execute(f"PRAGMA journal_size_limit = {_WAL_BYTES}")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+class Batch:
+    """Rows waiting for one commit; ``done`` is set once it is committed."""
+
+    __slots__ = ("done", "errors", "oks")
+
+    def __init__(self) -> None:
+        self.oks: list[OkRow] = []
+        self.errors: list[ErrorRow] = []
+        self.done = trio.Event()
+
+    def __len__(self) -> int:
+        return len(self.oks) + len(self.errors)
+
+
+class JournalWriter:
+    """A journal opened by one service: lookups, and a writer task that commits in groups.
+
+    Whoever adds a row decides whether to wait for its commit: a service that
+    acknowledges items upstream must; one that does not need not, and only
+    waits once :attr:`backlogged` rows pile up, which keeps memory bounded.
+
+    Args:
+        path: The journal file (for messages).
+        reader: The connection of the trio thread's lookups.
+        writer: The connection worker threads commit with.
+        backlog: How many uncommitted rows make :attr:`backlogged` true.
+        on_commit: Called on the trio thread after each commit with the
+            number of successes and failures it made durable.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        reader: sqlite3.Connection,
+        writer: sqlite3.Connection,
+        *,
+        backlog: int,
+        synchronous: str = "normal",
+        on_commit: Committed | None = None,
+    ) -> None:
+        self.path = path
+        self._wal = f"{os.fsdecode(path)}-wal"
+        self._commit_here = synchronous == "normal"
+        self._reader = reader
+        self._lookups = reader.cursor()  # one cursor for every lookup: none to make each time
+        self._writer = writer
+        self._backlog = backlog
+        self._on_commit = on_commit
+        self._pending = Batch()
+        self._queued = 0  # rows in the pending batch
+        self._awaited = False
+        self._wake = trio.Event()
+        self._broken = False
+        # One commit at a time on the writer connection: the writer task's,
+        # or the service's last one.
+        self._committing = trio.Lock()
+        # Lookups hold no read transaction between them: one held would keep
+        # the WAL from starting again for every service on the journal
+        # (measured: 46 MB of WAL with two services, instead of 4 MB).
+
+    # -- lookups -------------------------------------------------------------------------
+
+    def status(self, key: str) -> str | None:
+        """``"ok"`` or ``"error"`` when ``key`` is committed, else None."""
+        row = self._lookups.execute(STATUS, (stored_key(key),)).fetchone()
+        return None if row is None else row[0]
+
+    def entry(self, key: str) -> JournalEntry | None:
+        """The entry committed for ``key``, or None."""
+        row = self._lookups.execute(LOOKUP, (stored_key(key),)).fetchone()
+        return None if row is None else JournalEntry.from_row(row)
+
+    # -- rows ----------------------------------------------------------------------------
+
+    def add_ok(self, row: OkRow) -> Batch:
+        """Queue a success for the next commit; returns the batch it joined."""
+        batch = self._pending
+        batch.oks.append(row)
+        return self._added(batch)
+
+    def add_error(self, row: ErrorRow) -> Batch:
+        """Queue a failure for the next commit; returns the batch it joined."""
+        batch = self._pending
+        batch.errors.append(row)
+        return self._added(batch)
+
+    def _added(self, batch: Batch) -> Batch:
+        self._queued += 1
+        if self._queued == 1 or self._queued == _GROUP_ROWS:
+            self._wake.set()
+        return batch
+
+    @property
+    def backlogged(self) -> bool:
+        """Whether so many rows wait for a commit that whoever adds more should wait too."""
+        return self._queued >= self._backlog
+
+    async def committed(self, batch: Batch) -> None:
+        """Return once ``batch`` is committed; waiting makes its commit due at once.
+
+        A failed commit ends the writer task with a :class:`JournalError`,
+        which fails the service and cancels this wait.
+        """
+        if batch is self._pending and not self._awaited:
+            self._awaited = True
+            self._wake.set()
+        await batch.done.wait()
+
+    # -- the writer task -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Commit pending rows until cancelled; then, for up to a second, what is left.
+
+        Raises:
+            JournalError: a commit failed (the disk is full, say); the
+                service must stop, since nothing more can be recorded.
+        """
+        try:
+            while True:
+                if not self._queued:
+                    await self._wake.wait()
+                    self._wake = trio.Event()
+                    continue
+                if not self._awaited and self._queued < _GROUP_ROWS:
+                    with trio.move_on_after(_GROUP_S):
+                        await self._wake.wait()
+                self._wake = trio.Event()
+                await self._flush()
+                if _file_size(self._wal) > _WAL_BYTES:
+                    await self._checkpoint_between_commits()
+        finally:
+            if self._queued and not self._broken:
+                # Rows of items that finished: committed if the lock can be
+                # had within a second, else they run again after a restart.
+                with trio.move_on_after(_LAST_COMMIT_S) as last:
+                    last.shield = True
+                    await self._flush()
+
+    async def flush(self) -> None:
+        """Commit what is pending now: for a key fed again, and as a service ends normally."""
+        if self._queued:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        async with self._committing:
+            if self._queued:
+                await self._commit_pending()
+
+    async def _commit_pending(self) -> None:
+        batch, self._pending = self._pending, Batch()
+        self._queued = 0
+        self._awaited = False
+        try:
+            if not (self._commit_here and self._commit_now(batch)):
+                await trio.to_thread.run_sync(self._commit, batch)
+        except trio.Cancelled:
+            # Not committed: the last try may still commit it.
+            batch.oks += self._pending.oks
+            batch.errors += self._pending.errors
+            self._pending = batch
+            self._queued = len(batch)
+            raise
+        except Exception as exc:
+            self._broken = True
+            raise JournalError(
+                f"{display(self.path)}: could not record {len(batch)} item(s): {exc}"
+            ) from exc
+        if self._on_commit is not None:
+            self._on_commit(len(batch.oks), len(batch.errors))
+        batch.done.set()
+
+    def _commit_now(self, batch: Batch) -> bool:
+        """Commit ``batch`` on the trio thread; False if another connection holds the lock."""
+        try:
+            self._writer.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if _sqlite.is_busy(exc):
+                return False
+            raise
+        self._write(batch)
+        return True
+
+    def _commit(self, batch: Batch) -> None:
+        """Commit ``batch`` in a worker thread, waiting for the lock if need be.
+
+        The lock is asked for every ``_POLL_S``, so that a cancelled service
+        stops waiting that soon (``check_cancelled``).
+        """
+        db = self._writer
+        give_up = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                if not _sqlite.is_busy(exc) or time.monotonic() > give_up:
+                    raise
+            trio.from_thread.check_cancelled()
+            time.sleep(_POLL_S)
+        self._write(batch)
+
+    def _write(self, batch: Batch) -> None:
+        """Write ``batch`` in the open write transaction and commit it."""
+        db = self._writer
+        try:
+            insert(db, batch.oks, batch.errors)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    async def _checkpoint_between_commits(self) -> None:
+        """Copy the WAL into the database in a worker thread, with no commit of ours meanwhile.
+
+        Nothing of ours then holds the copy back (lookups hold no snapshot),
+        so it completes unless another connection does, and our next commit
+        starts the WAL again.
+        """
+        async with self._committing:
+            await trio.to_thread.run_sync(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        """Copy the whole WAL into the database, so that the next commit starts it again.
+
+        RESTART waits (up to ``_CHECKPOINT_WAIT_S``) for another service's
+        commit in progress and holds the next one back until the copy is
+        done: a passive copy, overtaken by another service's commits, would
+        rarely complete, and the WAL would grow without end.
+        """
+        db = self._writer
+        db.execute(f"PRAGMA busy_timeout = {int(_CHECKPOINT_WAIT_S * 1000)}")
+        try:
+            db.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+        finally:
+            db.execute("PRAGMA busy_timeout = 0")
+
+    async def aclose(self) -> None:
+        """Close both connections, in a worker thread (the last close checkpoints)."""
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self.close)
+
+    def close(self) -> None:
+        self._lookups.close()
+        self._reader.close()
+        self._writer.close()
+
+
+_LAST_COMMIT_S = 1.0
+_CHECKPOINT_WAIT_S = 1.0
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
