@@ -29,7 +29,7 @@ from sluicegate.campaign._admission import Admission
 from sluicegate.campaign._convert import load_json, write_json_atomic
 from sluicegate.campaign._job import JobRequest, JobResult
 from sluicegate.campaign._panel import Panel
-from sluicegate.campaign._report import RowStatus
+from sluicegate.campaign._state import RowStatus
 
 FAKE_JOB = Path(__file__).parent / "campaign_jobs" / "fakejob.py"
 ENDINGS = ("verified", "generated_unverified", "blocked", "uncertain", "crash")

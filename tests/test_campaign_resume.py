@@ -29,7 +29,7 @@ from sluicegate.campaign._convert import write_json_atomic
 from sluicegate.campaign._job import JobResult
 from sluicegate.campaign._launch import child_alive
 from sluicegate.campaign._outdir import current_controller
-from sluicegate.campaign._report import Controller
+from sluicegate.campaign._state import Controller
 from sluicegate.campaign._view import PlainView
 from test_campaign import (
     PATIENCE_S,

@@ -10,8 +10,8 @@ import pytest
 from sluicegate.campaign import MAX_AMOUNT, AmountTooLarge, Ledger, Outcome
 from sluicegate.campaign._job import JobResult
 from sluicegate.campaign._plan import Candidate, Plan
-from sluicegate.campaign._report import Row
 from sluicegate.campaign._settle import Accounts
+from sluicegate.campaign._state import Row
 
 D = Decimal
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from observe_runs import NASTY_ID, write_eval_run
 from observe_runs import browser as browser  # a fixture
@@ -131,6 +132,8 @@ def test_a_row_opens_to_its_whole_sample(page: Any, report: Path) -> None:
     # Every attempt's error, of a rollout that passed on a retry too.
     row = page.locator('#rows details[data-i="13"]')
     row.locator("summary").click()
+    # Drawn on the toggle event, which comes after the click.
+    expect(row.locator(".sample")).to_be_visible()
     labels = row.locator(".sample dt").all_text_contents()
     assert [label for label in labels if label.startswith("attempt")] == [
         "attempt 1 of 3",
@@ -177,7 +180,8 @@ def test_sorting_and_filtering(page: Any, report: Path) -> None:
     assert 0 < len(inside) < 200
     page.get_by_label("lowest score shown").fill(str(low))
     page.get_by_label("highest score shown").fill(str(high))
-    assert page.locator("#shown").text_content() == f"{len(inside)} of 400 rollouts"
+    # Typing applies on a timer: wait for it.
+    expect(page.locator("#shown")).to_have_text(f"{len(inside)} of 400 rollouts")
     assert set(shown(page)) == inside
 
     # The error text, with the status.
@@ -187,9 +191,10 @@ def test_sorting_and_filtering(page: Any, report: Path) -> None:
     errors = [number for number, row in enumerate(rows) if row["status"] == "error"]
     assert sorted(shown(page)) == errors
     page.get_by_placeholder("search error text").fill("<b>278<")
+    expect(page.locator("#shown")).to_have_text("1 of 400 rollouts")
     assert shown(page) == [278]
     page.get_by_placeholder("search error text").fill("no such error")
-    assert page.locator("#none").is_visible()
+    expect(page.locator("#none")).to_be_visible()
 
 
 def test_a_timeline_bar_opens_its_row(page: Any, report: Path) -> None:
@@ -215,7 +220,7 @@ def test_a_timeline_bar_opens_its_row(page: Any, report: Path) -> None:
     opened = page.locator("#rows details[open]")
     assert opened.count() == 1
     assert opened.get_attribute("data-i") == str(number)
-    assert opened.locator(".sample").is_visible()
+    expect(opened.locator(".sample")).to_be_visible()
     assert opened.locator("summary").evaluate("node => node === document.activeElement")
     # The filter that hid it is cleared.
     assert page.locator("#shown").text_content() == "400 of 400 rollouts"

@@ -197,20 +197,6 @@ def test_report_shows_odd_text_inert_and_keeps_every_row(tmp_path: Path) -> None
     assert "env \\udcfe" in page
 
 
-def test_report_of_scores_whose_range_overflows_a_float(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    write_eval_run(tmp_path, 6, trace=False, error_every=0)
-    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
-    for row, score in zip(rows, [1.5e308, -1.5e308, 1.5e308, -1.5e308, 1e308, 0.0], strict=True):
-        row["score"] = score
-    (tmp_path / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    assert main(["report", str(tmp_path)]) == 0
-    page = (tmp_path / "report.html").read_text(encoding="utf-8")
-    assert "score: mean 1.667e+307 over 6" in page
-    assert "<title>-1.5e+308 to -1.35e+308: 2</title>" in page
-
-
 def test_report_of_an_unreadable_run_json_and_a_broken_trace(tmp_path: Path) -> None:
     write_eval_run(tmp_path, 4)
     (tmp_path / "run.json").write_text("[1, 2, 3]")
@@ -491,3 +477,14 @@ def test_the_report_timeline_says_when_a_session_left_none(tmp_path: Path) -> No
     timelines = Timeline.read(tmp_path)
     assert "sessions (the traced ones)" not in timeline_svg(timelines, sessions=1)
     assert "timeline of 1 of 2 sessions (the traced ones)" in timeline_svg(timelines, sessions=2)
+
+
+def test_the_report_says_when_its_timeline_shows_fewer_sessions_than_the_run_had(
+    tmp_path: Path,
+) -> None:
+    write_eval_run(tmp_path, 10)
+    record = json.loads((tmp_path / "run.json").read_text())
+    record["sessions"] = [{}, {}]  # the resume ran without --trace
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    page = write_report(tmp_path).read_text(encoding="utf-8")
+    assert "timeline of 1 of 2 sessions (the traced ones)" in page

@@ -34,7 +34,7 @@ class Job:
 
 
 @attrs.define
-class Tally:
+class DemoProgress:
     """What the demo has seen so far; the display reads it."""
 
     total: int
@@ -54,7 +54,7 @@ class Tally:
         return trio.current_time() - self.started_at
 
 
-async def feed(count: int, rng: random.Random, tally: Tally) -> AsyncIterator[Job]:
+async def feed(count: int, rng: random.Random, tally: DemoProgress) -> AsyncIterator[Job]:
     """Yield ``count`` jobs, each after a short random wait, like a live queue."""
     for number in range(count):
         await trio.sleep(rng.uniform(0.0, 0.12))
@@ -62,7 +62,7 @@ async def feed(count: int, rng: random.Random, tally: Tally) -> AsyncIterator[Jo
         yield Job(number, rng.uniform(0.05, 0.9))
 
 
-def summary_table(tally: Tally, title: str = "sluicegate demo") -> Table:
+def summary_table(tally: DemoProgress, title: str = "sluicegate demo") -> Table:
     """The progress (and, at the end, summary) table."""
     elapsed = tally.elapsed()
     table = Table(title=title, show_header=False, min_width=44)
@@ -81,7 +81,7 @@ def summary_table(tally: Tally, title: str = "sluicegate demo") -> Table:
 
 async def run_demo(
     *, items: int = 40, window: int = 8, seed: int = 0, display: Display = "rich"
-) -> Tally:
+) -> DemoProgress:
     """Run the demo and return its final tally.
 
     Args:
@@ -91,7 +91,7 @@ async def run_demo(
         display: ``rich`` (live table), ``plain`` (a line per job) or ``none``.
     """
     rng = random.Random(seed)
-    tally = Tally(total=items, window=window, started_at=trio.current_time())
+    tally = DemoProgress(total=items, window=window, started_at=trio.current_time())
 
     async def process(job: Job) -> float:
         tally.started += 1

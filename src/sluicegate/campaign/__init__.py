@@ -29,8 +29,8 @@ from ._ledger import (
 )
 from ._outdir import CampaignError, CampaignLocked, read_report, request_drain
 from ._plan import Candidate, Plan, load_plan
-from ._report import Report, Row
 from ._scheduler import reconcile, run_campaign
+from ._state import Report, Row
 from ._view import LiveView, render
 
 __all__ = [

@@ -24,7 +24,7 @@ import trio
 from .._runner import Drain
 from ._panel import Panel, now
 from ._plan import Candidate
-from ._report import Row, StopReason
+from ._state import Row, StopReason
 
 __all__ = ["Admission"]
 

@@ -13,7 +13,7 @@ from ._convert import CampaignFileError
 from ._ledger import Ledger, LedgerError, amount_problem, format_money, limit_text, scope_name
 
 if TYPE_CHECKING:
-    from ._report import Report
+    from ._state import Report
 
 __all__ = ["register"]
 

@@ -34,7 +34,7 @@ from ._freeze import JobCodeError, check_job_function, freeze, locate_job_source
 from ._job import JobResult
 from ._panel import now
 from ._plan import Plan
-from ._report import Controller, Manifest, Report, Row
+from ._state import Controller, Manifest, Report, Row
 
 __all__ = [
     "DRAIN_FILE",

@@ -17,7 +17,7 @@ import trio
 
 from ._ledger import ScopeUsage, scope_name
 from ._plan import Candidate, Plan
-from ._report import Report, Row, RowStatus, StopReason
+from ._state import Report, Row, RowStatus, StopReason
 
 __all__ = ["Panel", "now"]
 

@@ -58,8 +58,8 @@ from ._outdir import (
 )
 from ._panel import Panel, now
 from ._plan import Candidate, Plan, load_plan
-from ._report import FINISHED, Report, Row, StopReason
 from ._settle import Accounts
+from ._state import FINISHED, Report, Row, StopReason
 
 __all__ = ["reconcile", "run_campaign"]
 
@@ -69,7 +69,7 @@ Observer = Callable[[Report], None]
 
 
 @attrs.frozen
-class _Dispatch:
+class _SourceItem:
     """An item of the campaign's source: a candidate to launch, or a child to adopt.
 
     ``index`` is its place in pull order, which is the runner's index for it,
@@ -81,7 +81,7 @@ class _Dispatch:
     adopted: AdoptedChild | None = None
 
 
-def _job_label(dispatch: _Dispatch) -> str:
+def _job_label(dispatch: _SourceItem) -> str:
     return dispatch.candidate.key
 
 
@@ -149,7 +149,7 @@ class _Campaign:
 
     # -- resume --------------------------------------------------------------------------
 
-    async def recover(self) -> list[_Dispatch]:
+    async def recover(self) -> list[_SourceItem]:
         """Take up what an earlier controller left; returns the children to adopt.
 
         A ``running`` row whose child still holds its lock is adopted. One
@@ -173,7 +173,7 @@ class _Campaign:
                 # uncertain one was left running by a controller that could
                 # not stop it; its reservations stay uncertain until it ends.)
                 child = AdoptedChild(row.pid, row.process_start, files.lock)
-                adopted.append(_Dispatch(self.plan.candidate(row.key), -1, child))
+                adopted.append(_SourceItem(self.plan.candidate(row.key), -1, child))
                 if row.status != "running":
                     self.panel.set(attrs.evolve(row, status="running", awaiting_result=False))
                 continue
@@ -205,7 +205,7 @@ class _Campaign:
 
     # -- the source and the run -------------------------------------------------------------
 
-    async def dispatches(self, adopted: list[_Dispatch]) -> AsyncIterator[_Dispatch]:
+    async def dispatches(self, adopted: list[_SourceItem]) -> AsyncIterator[_SourceItem]:
         """The source: the adopted children (already counted as running), then admissions."""
         pulled = 0
         while adopted:
@@ -213,10 +213,10 @@ class _Campaign:
             pulled += 1
         async with contextlib.aclosing(self.admission.candidates()) as candidates:
             async for candidate in candidates:
-                yield _Dispatch(candidate, pulled)
+                yield _SourceItem(candidate, pulled)
                 pulled += 1
 
-    async def run_job(self, dispatch: _Dispatch) -> Row:
+    async def run_job(self, dispatch: _SourceItem) -> Row:
         """Run one dispatch to its end: launch (or adopt) a child, wait, settle."""
         key = dispatch.candidate.key
         files = self.outdir.job(key)
@@ -298,7 +298,7 @@ class _Campaign:
         result, problem = self.outdir.job(key).read_result(key)
         await self.settle(row, result, missing=problem or missing, exit_code=exit_code)
 
-    async def run(self, adopted: list[_Dispatch], drain_poll_interval: float) -> StopReason:
+    async def run(self, adopted: list[_SourceItem], drain_poll_interval: float) -> StopReason:
         """Run the campaign until its source ends; returns why it stopped."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_drain_file, drain_poll_interval)

@@ -26,7 +26,7 @@ from ._ledger import (
 )
 from ._panel import now
 from ._plan import Candidate, Plan
-from ._report import Row
+from ._state import Row
 
 __all__ = ["DISPATCH", "Accounts"]
 

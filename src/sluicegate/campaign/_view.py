@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TextIO
 
 from ._ledger import format_money
-from ._report import Report
+from ._state import Report
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType

@@ -36,7 +36,7 @@ from ..eval._stats import ScoreStats, exact_mean, stats_of
 from ._layout import COLOURS, MARKS
 from ._run import Rollout, RunView, read_run
 from ._svg import histograms_svg, timeline_svg
-from ._text import embed_json, html_text, inert
+from ._text import embed_json, html_text
 
 __all__ = [
     "CHUNK",
@@ -462,7 +462,10 @@ def _legend() -> str:
 
 
 def _timeline(
-    timelines: Sequence[Timeline] | None, problem: str | None, outcomes: Counter[str], table: bool
+    timelines: Sequence[Timeline] | None,
+    problem: str | None,
+    outcomes: Counter[str],
+    run: RunView,
 ) -> str:
     if timelines is None:
         return f'<p class="muted">{_text(problem)}</p>'
@@ -470,13 +473,14 @@ def _timeline(
     total = sum(timeline.end for timeline in timelines)
     line = ", ".join(f"{count} {outcome}" for outcome, count in sorted(outcomes.items()))
     sessions = f" in {len(timelines)} sessions" if len(timelines) > 1 else ""
-    hint = " Click a run's bar to open its row." if table else ""
+    hint = " Click a run's bar to open its row." if run.rollouts else ""
+    # A session run without --trace left no timeline: the picture says so.
+    recorded = run.summary.sessions if run.summary is not None else None
     return (
         f'<p class="muted">{sum(outcomes.values())} runs over {total:.3g} s{sessions} '
         f"in {slots} slots: {_text(line) or 'none'}.{hint}</p>"
         + _legend()
-        # The labels in the picture are the user's text too.
-        + inert(timeline_svg(timelines))
+        + timeline_svg(timelines, sessions=recorded)
     )
 
 
@@ -590,10 +594,10 @@ def render(directory: Path, output: Path) -> str:
             f"{_configuration(run)}</details>"
         )
     slots, outcomes = _slots(timelines)
-    timeline = _timeline(timelines, problem, outcomes, bool(run.rollouts))
+    timeline = _timeline(timelines, problem, outcomes, run)
     sections.append(f"<h2>Timeline</h2>{timeline}")
     if series:
-        sections.append(f'<h2>Scores</h2><div class="hists">{inert(histograms_svg(series))}</div>')
+        sections.append(f'<h2>Scores</h2><div class="hists">{histograms_svg(series)}</div>')
     reduced, tasks = _reduced(run)
     if tasks is not None:
         sections.append(f"<h2>Tasks</h2>{reduced}")
