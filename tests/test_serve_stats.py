@@ -11,7 +11,7 @@ import trio.testing
 
 from sluicegate import Drain, Retry, ServedItem, serve
 from sluicegate.service import ServeStats
-from sluicegate.service._stats import Tally, registry
+from sluicegate.service._stats import ServiceCounters, registry
 
 
 async def double(n: int) -> int:
@@ -68,7 +68,7 @@ async def test_the_process_totals_never_go_backwards_when_a_service_fails() -> N
     before, _ = registry.totals()
     both_running = trio.Event()
     read = trio.Event()
-    during: list[Tally] = []
+    during: list[ServiceCounters] = []
 
     async def run(n: int) -> int:
         if n == 1:

@@ -56,7 +56,7 @@ from .._util import as_async_iterator, close_source, pace, sole_exception, surel
 from ._convert import storable
 from ._journal import Journal
 from ._rows import JournalEntry, error_row, ok_row
-from ._stats import ServeStats, Snapshots, Tally, registry
+from ._stats import ServeStats, ServiceCounters, Snapshots, registry
 from ._writer import JournalWriter
 
 __all__ = ["ServeReport", "ServedItem", "serve"]
@@ -526,7 +526,9 @@ class _Service(Generic[T]):
         self.ticking = settings.on_stats is not None or logger.isEnabledFor(logging.INFO)
         # Latencies are kept only for someone who reads them; nothing else
         # depends on the logging level or on a metrics registry.
-        self.tally = Tally(histogram=self.ticking or registry.watchers > 0, window=settings.window)
+        self.tally = ServiceCounters(
+            histogram=self.ticking or registry.watchers > 0, window=settings.window
+        )
         self.debug = logger.isEnabledFor(logging.DEBUG)
         # Keys of items running now, with the event a copy fed meanwhile
         # waits on (made only then) before it is looked up like any key.

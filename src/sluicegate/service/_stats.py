@@ -1,6 +1,6 @@
 """Counters, the latency histogram and ``ServeStats`` snapshots of running services.
 
-Nothing here stores anything per item: a service keeps a :class:`Tally` of
+Nothing here stores anything per item: a service keeps a :class:`ServiceCounters` of
 counters and, only when someone reads latencies (an ``on_stats`` callback,
 INFO logging or a Prometheus collector), a histogram of fixed buckets.
 Running services are listed in a process-wide registry so that a Prometheus
@@ -22,7 +22,7 @@ from .._runner import WindowLike
 __all__ = [
     "BOUNDS",
     "ServeStats",
-    "Tally",
+    "ServiceCounters",
     "percentile",
     "registry",
 ]
@@ -38,7 +38,7 @@ BOUNDS: tuple[float, ...] = (
 )
 
 
-class Tally:
+class ServiceCounters:
     """The counters of one service; mutated on the trio thread, read from any.
 
     Every item is counted once in :attr:`pulled` when its wrapper starts,
@@ -169,9 +169,9 @@ class ServeStats:
 
 
 class Snapshots:
-    """Turns a :class:`Tally` into a :class:`ServeStats` per interval."""
+    """Turns a :class:`ServiceCounters` into a :class:`ServeStats` per interval."""
 
-    def __init__(self, tally: Tally, start: float) -> None:
+    def __init__(self, tally: ServiceCounters, start: float) -> None:
         self._tally = tally
         self._window = tally.window
         self._start = start
@@ -218,15 +218,15 @@ class _Registry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._live: dict[int, Tally] = {}
-        self._retired = Tally(histogram=True)
+        self._live: dict[int, ServiceCounters] = {}
+        self._retired = ServiceCounters(histogram=True)
         self.watchers = 0  # collectors that want latencies
 
-    def add(self, tally: Tally) -> None:
+    def add(self, tally: ServiceCounters) -> None:
         with self._lock:
             self._live[id(tally)] = tally
 
-    def retire(self, tally: Tally) -> None:
+    def retire(self, tally: ServiceCounters) -> None:
         """Fold a finished service's counts into the totals.
 
         Its items still in flight (the item a failure was raised for, rows a
@@ -250,13 +250,13 @@ class _Registry:
             sizes = [tally.window.size for tally in self._live.values() if tally.window is not None]
         return sum(sizes) if sizes else None
 
-    def totals(self) -> tuple[Tally, int]:
+    def totals(self) -> tuple[ServiceCounters, int]:
         """Counters summed over every service this process ran, and how many run now."""
-        total = Tally(histogram=True)
+        total = ServiceCounters(histogram=True)
         assert total.histogram is not None
         # Under the lock: a service retiring midway would be counted twice.
         with self._lock:
-            tallies: Iterable[Tally] = [self._retired, *self._live.values()]
+            tallies: Iterable[ServiceCounters] = [self._retired, *self._live.values()]
             live = len(self._live)
             for tally in tallies:
                 for name in _COUNTERS:
