@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from repo_helpers import ignored
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -95,20 +97,6 @@ def run_block(where: str, language: str, body: str, cwd: Path) -> None:
 IN_ORDER = ("observe.md", "campaign.md")
 
 
-def ignored(root: Path, names: list[str]) -> list[str]:
-    """Those of ``names`` (relative paths, a trailing / for a directory) .gitignore covers."""
-    done = subprocess.run(
-        ["git", "check-ignore", "--no-index", "--stdin"],
-        cwd=root,
-        input="\n".join(names),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    return done.stdout.splitlines()
-
-
 @pytest.mark.parametrize("name", IN_ORDER)
 def test_a_page_can_be_followed_in_order_leaving_only_ignored_files(
     name: str, tmp_path: Path
@@ -123,7 +111,7 @@ def test_a_page_can_be_followed_in_order_leaving_only_ignored_files(
         for path in cwd.iterdir()
         if path.name not in ("examples", "block.py")
     )
-    assert left == sorted(ignored(ROOT, left)), f"{name} leaves untracked files: {left}"
+    assert left == ignored(left), f"{name} leaves untracked files: {left}"
 
 
 def test_the_hang_on_the_observe_page_leaves_the_anomaly_it_shows(tmp_path: Path) -> None:

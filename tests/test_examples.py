@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from repo_helpers import ignored
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(
     path
@@ -42,19 +44,3 @@ def test_example_runs(example: Path, tmp_path: Path) -> None:
     # Run from the repository root, what it leaves behind must not show as untracked.
     left = sorted(f"{p.name}/" if p.is_dir() else p.name for p in tmp_path.iterdir())
     assert left == ignored(left), f"{example.name} leaves files .gitignore does not cover: {left}"
-
-
-def ignored(names: list[str]) -> list[str]:
-    """Those of ``names`` (relative paths, a trailing / for a directory) .gitignore covers."""
-    if not names:
-        return []
-    done = subprocess.run(
-        ["git", "check-ignore", "--no-index", "--stdin"],
-        cwd=ROOT,
-        input="\n".join(names),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    return sorted(done.stdout.splitlines())
