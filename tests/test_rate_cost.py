@@ -192,11 +192,24 @@ def test_the_default_burst_keeps_the_bound(rate: float, count: int) -> None:
             assert j - i + 1 <= limit.burst + rate * (started[j] - first) + 1e-6
 
 
-async def test_a_cost_limit_given_as_rate_fails_the_stream_saying_why() -> None:
-    limit = RateLimit(10, cost=words)
+async def test_a_cost_limit_given_as_rate_prices_each_item_of_the_stream(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # 10 words a second, a burst of 10: items of 4, 6, 5 and 5 words.
+    limit = RateLimit(10, burst=10, cost=words)
+    items = ["a b c d", "a b c d e f", "a b c d e", "a b c d e"]
+    started: dict[str, float] = {}
 
-    async def run(item: str) -> None:
-        pass
+    async def run(item: str) -> str:
+        started[item] = trio.current_time()
+        return item
 
-    with pytest.raises(TypeError, match="inside the run"):
-        await run_stream(["a b"], run, window=1, rate=limit)
+    assert await run_stream(items, run, window=4, rate=limit) == items
+    # 20 words: the burst's 10 at once, the other 10 over the next second
+    # (counted as one unit an item, all four would start at 0).
+    assert max(started.values()) == pytest.approx(1.0)
+    by_start = sorted((at, words(item)) for item, at in started.items())
+    for i, (first, _) in enumerate(by_start):
+        for j in range(i, len(by_start)):
+            units = sum(cost for _, cost in by_start[i : j + 1])
+            assert units <= limit.burst + 10 * (by_start[j][0] - first) + 1e-6

@@ -161,11 +161,9 @@ class RateLimit:
         if self._cost is None:
             return 1.0
         if item is _NO_ITEM:
-            # The dispatcher acquires a rate= limit before it pulls, when it
-            # has no item yet: a priced limit is acquired in the run.
             raise TypeError(
                 f"{self!r} prices each item with cost=: acquire it with the item, "
-                "await limit.acquire(item), inside the run (not as rate=)"
+                "await limit.acquire(item)"
             )
         units = self._cost(item)
         if isinstance(units, bool) or not isinstance(units, (int, float)):

@@ -1294,6 +1294,17 @@ def _fixed(window: object) -> int | None:
     return window if isinstance(window, int) else None  # checked by _check_arguments
 
 
+def _priced(run: Run[T, R], rate: Pacer) -> Run[T, R]:
+    """``run`` that first takes ``rate``'s units for its item (``acquire(item)``)."""
+    acquire: Callable[[T], Awaitable[None]] = rate.acquire  # type: ignore[assignment]
+
+    async def priced(item: T) -> R:
+        await acquire(item)
+        return await run(item)
+
+    return priced
+
+
 def _open_block(
     source: Source[T],
     run: Run[T, R],
@@ -1306,6 +1317,11 @@ def _open_block(
 ) -> _StreamBlock[H]:
     """Check the arguments now, before the source is touched; start the stream on entry."""
     _check_arguments(source, run, window, rate, trace, drain)
+    if rate is not None and getattr(rate, "cost", None) is not None:
+        # A pacer that prices each item (RateLimit(cost=...)) needs the item,
+        # which the pull before it has not got yet: such a limit is taken in
+        # the run, with the item, while the run holds its window place.
+        run, rate = _priced(run, rate), None
 
     def setup(handover: H) -> _Dispatcher[T, R]:
         places = None if window is None or isinstance(window, int) else window
