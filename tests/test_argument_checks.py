@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from sluicegate import run_stream, take
+from eval_helpers import Env, static
+from sluicegate import run_stream, serve, take
 from sluicegate._checks import check_count, check_flag, check_seconds
+from sluicegate.eval import evaluate
 
 
 @pytest.mark.parametrize("bad", [True, 1.0, "1", None])
@@ -56,3 +59,17 @@ async def test_the_runner_refuses_a_window_of_the_wrong_type_with_a_type_error()
         await run_stream([1], trio.sleep, window="4")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="window"):
         await run_stream([1], trio.sleep, window=0)
+
+
+async def test_the_same_mistake_is_the_same_error_from_every_entry_point(tmp_path: Path) -> None:
+    async def run(item: int) -> int:
+        return item
+
+    with pytest.raises(TypeError, match=r"window must be an int >= 1") as runner:
+        await run_stream([1], run, window=True)
+    with pytest.raises(TypeError, match=r"window must be an int >= 1") as service:
+        await serve([1], run, window=True)
+    with pytest.raises(TypeError, match=r"concurrency must be an int >= 1, not True"):
+        await evaluate(Env(static(1)), output_dir=tmp_path / "out", concurrency=True)
+    assert str(runner.value) == str(service.value)
+    assert not (tmp_path / "out").exists()

@@ -240,7 +240,7 @@ async def test_n_zero_is_refused_before_the_feed_starts(
 ) -> None:
     # A run that evaluates nothing must not pass a gate (review N5).
     feed = Feed()
-    with pytest.raises(ValueError, match=r"-n/--num-tasks must be >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"-n/--num-tasks must be an int >= 1, not 0"):
         await evaluate(Env(feed), num_tasks=0, output_dir=tmp_path / "out")
     assert feed.pulls == 0
     assert not (tmp_path / "out").exists()

@@ -97,7 +97,6 @@ async def test_settings_are_refused_before_anything_happens(
     env = Env(static(2))
     bad: list[tuple[dict[str, Any], str]] = [
         ({"rollouts": 0}, "-r/--rollouts"),
-        ({"concurrency": True}, "-c/--concurrency"),
         ({"timeout": -1}, "--timeout"),
         ({"retry_on": ["NoSuchError"]}, "--retry-on"),
         ({"retry_on": ["os:path"]}, "not an exception"),
@@ -110,6 +109,11 @@ async def test_settings_are_refused_before_anything_happens(
     for kwargs, message in bad:
         with pytest.raises(ValueError, match=re.escape(message)):
             await evaluate(env, output_dir=out if "resume" not in kwargs else None, **kwargs)
+    # A wrong type is a TypeError, worded as run_stream() and serve() word it.
+    with pytest.raises(
+        TypeError, match=re.escape("-c/--concurrency must be an int >= 1, not True")
+    ):
+        await evaluate(env, output_dir=out, concurrency=True)
     assert not out.exists()
 
 

@@ -43,7 +43,7 @@ async def test_journal_errors_last_must_be_at_least_one(
 
 @pytest.mark.parametrize("last", [0, -1])
 async def test_journal_errors_api_refuses_a_last_below_one(filled: Path, last: int) -> None:
-    with pytest.raises(ValueError, match=f"last must be >= 1, got {last}"):
+    with pytest.raises(ValueError, match=f"last must be an int >= 1 or None, not {last}"):
         Journal(filled).errors(last=last)
     with pytest.raises(TypeError, match="last must be an int"):
         Journal(filled).errors(last=True)

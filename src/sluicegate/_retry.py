@@ -10,7 +10,6 @@ wait at once, and trio's ``TooSlowError``, which is not a ``TimeoutError``.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar, final
@@ -20,7 +19,7 @@ import outcome
 import trio
 
 from ._adaptive import retry_after
-from ._checks import check_seconds
+from ._checks import check_count, check_seconds
 from ._runner import CURRENT_WINDOW, Drain
 
 __all__ = ["Attempts", "CutShort", "Retry", "attempt"]
@@ -46,10 +45,7 @@ def _exception_types(
 
 def _positive_delay(name: str) -> Callable[[object, attrs.Attribute[float], float], None]:
     def check(_: object, __: attrs.Attribute[float], value: float) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"Retry({name}=...) must be a number of seconds, not {value!r}")
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"Retry({name}=...) must be finite and >= 0, got {value!r}")
+        check_seconds(value, f"Retry({name}=...)")
 
     return check
 
@@ -69,10 +65,8 @@ def _check_budget(_: object, __: attrs.Attribute[float | None], value: float | N
 
 
 def _check_attempts(_: object, __: attrs.Attribute[int], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"Retry(attempts=...) must be an int >= 1, not {value!r}")
-    if value < 1:
-        raise ValueError(f"Retry(attempts=...) must be >= 1 (it counts the first), got {value}")
+    # attempts counts the first: 1 means no retry.
+    check_count(value, "Retry(attempts=...)", minimum=1)
 
 
 @final

@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from .._checks import check_count, check_seconds
 from .._retry import Retry
 from ._reduce import check_reducer
 
@@ -117,11 +118,12 @@ class EvalConfig:
 
 
 def _count(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UsageError(f"{name} must be an integer >= {minimum}, not {value!r}")
-    if value < minimum:
-        raise UsageError(f"{name} must be >= {minimum}, got {value}")
-    return value
+    # A wrong type is a TypeError, as from run_stream() and serve(); a wrong
+    # value a UsageError (a ValueError), which the command line reports.
+    try:
+        return check_count(value, name, minimum=minimum)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 # The largest window -c auto may grow to (AdaptiveWindow's own default).
@@ -152,11 +154,10 @@ def parse_concurrency(value: object) -> tuple[int, bool]:
 
 
 def _seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UsageError(f"{name} must be a number of seconds, not {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"{name} must be a finite number of seconds above 0, got {value!r}")
-    return float(value)
+    try:
+        return check_seconds(value, name, zero=False)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _score_floor(name: str, value: object, flag: str = "--min-score") -> float:

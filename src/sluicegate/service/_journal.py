@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal, final
 
 from .. import _sqlite
+from .._checks import check_count
 from .._sqlite import display
 from ._rows import (
     APPLICATION_ID,
@@ -139,12 +140,8 @@ class Journal:
             FileNotFoundError: there is no file at the path.
             JournalError: the file is not a sluicegate journal or is damaged.
         """
-        if last is not None:
-            if isinstance(last, bool) or not isinstance(last, int):
-                raise TypeError(f"last must be an int >= 1 or None, not {last!r}")
-            if last < 1:
-                # SQL would take LIMIT 0 as "none" and LIMIT -1 as "all".
-                raise ValueError(f"last must be >= 1, got {last}")
+        # SQL would take LIMIT 0 as "none" and LIMIT -1 as "all".
+        check_count(last, "last", minimum=1, none=True)
         query = f"SELECT {COLUMNS} FROM items WHERE status = 'error' ORDER BY finished DESC"
         with self._reader() as db:
             if last is None:
