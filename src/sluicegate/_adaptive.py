@@ -238,7 +238,10 @@ class AdaptiveWindow(Window):
         self._floor_since = -math.inf
         self._changes: collections.deque[WindowChange] = collections.deque(maxlen=1000)
 
-    is_overload = staticmethod(is_overload)
+    @staticmethod
+    def is_overload(error: BaseException) -> bool:
+        """The default overload test (the module's :func:`is_overload`), for predicates."""
+        return is_overload(error)
 
     def __repr__(self) -> str:
         return (

@@ -88,7 +88,7 @@ class Batch:
     def __init__(self) -> None:
         self.oks: list[OkRow] = []
         self.errors: list[ErrorRow] = []
-        self.done = trio.Event()
+        self.done: trio.Event = trio.Event()
 
     def __len__(self) -> int:
         return len(self.oks) + len(self.errors)
