@@ -6,10 +6,10 @@ drains and failures, odd rows, and files that are not what they claim.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
-import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,6 @@ import pytest
 import trio
 import trio.testing
 
-import sluicegate._trace
-import sluicegate._util
 from observe_runs import embedded, fields, png_size, samples, write_eval_run
 from sluicegate import Timeline
 from sluicegate._trace import TRACE, TRACE_LOG, recording
@@ -253,16 +251,9 @@ def test_a_log_on_a_full_disk_stops_logging_and_recording_goes_on(
     assert "cannot write the event log /dev/full; stopped logging" in caplog.text
 
 
-def unwritable(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make writing ``path`` fail as a full disk or a read-only directory would (even as root)."""
-    real = sluicegate._util.write_atomically
-
-    def refuse(target: os.PathLike[str] | str, text: str, **options: Any) -> None:
-        if Path(target) == path:
-            raise PermissionError(errno.EACCES, "Permission denied", str(path))
-        real(target, text, **options)
-
-    monkeypatch.setattr(sluicegate._trace, "write_atomically", refuse)
+def unwritable(path: Path) -> None:
+    """Make writing the file ``path`` fail for real, even as root: a directory stands there."""
+    path.mkdir()
 
 
 async def test_recording_logs_a_trace_it_cannot_write(
@@ -271,26 +262,36 @@ async def test_recording_logs_a_trace_it_cannot_write(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    unwritable(tmp_path / TRACE, monkeypatch)
+    unwritable(tmp_path / TRACE)
     with caplog.at_level(logging.ERROR, logger="sluicegate"), recording(tmp_path) as timeline:
         timeline.pulled(0, 0)
         timeline.started(0)
         timeline.finished(0, None)
     assert "could not write" in caplog.text
-    assert not (tmp_path / TRACE).exists()
+    assert (tmp_path / TRACE).is_dir()  # nothing replaced what stood there
     assert [span.outcome for span in Timeline.read(tmp_path)[0].spans] == ["ok"]
 
 
-def test_trace_command_says_when_it_cannot_rebuild_the_trace(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_trace_command_says_when_it_cannot_rebuild_the_trace(tmp_path: Path) -> None:
     write_eval_run(tmp_path, 3)
     (tmp_path / TRACE).unlink()
-    unwritable(tmp_path / TRACE, monkeypatch)
-    assert main(["trace", str(tmp_path)]) == 0
-    captured = capsys.readouterr()
-    assert "3 items" in captured.out
-    assert f"could not write {tmp_path / TRACE}" in captured.err
+    # A full disk, for real: the command runs with a file-size limit of 0.
+    limited = (
+        "import resource, signal, sys; from sluicegate.cli import main; "
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY)); "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", limited, "trace", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "3 items" in done.stdout
+    assert f"could not write {tmp_path / TRACE}" in done.stderr
+    assert not (tmp_path / TRACE).exists()
 
 
 def test_plot_and_report_of_a_run_that_ran_nothing(tmp_path: Path) -> None:
