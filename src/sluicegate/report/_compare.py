@@ -22,9 +22,9 @@ from ..eval._stats import ScoreStats
 from ._html import (
     CHUNK,
     FIELDS,
-    check_folder,
     finite,
     page,
+    page_path,
     sample_block,
     sample_of,
     score_text,
@@ -211,13 +211,9 @@ def write_comparison(
         OSError: the page cannot be written.
     """
     a, b = Path(run_a), Path(run_b)
-    for directory in (a, b):
-        if not directory.is_dir():
-            raise FileNotFoundError(f"{directory} is not a directory")
-    path = Path(output) if output is not None else b
-    if path.is_dir():
-        path /= COMPARE
-    check_folder(path)
+    if not a.is_dir():
+        raise FileNotFoundError(f"{a} is not a directory")
+    path = page_path(b, output, COMPARE)
     comparison = compare_runs(a, b)
     text = render_comparison(comparison, read_run(a), read_run(b), path)
     write_atomically(path, text)

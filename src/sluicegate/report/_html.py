@@ -42,7 +42,7 @@ __all__ = [
     "CHUNK",
     "FIELDS",
     "REPORT",
-    "check_folder",
+    "page_path",
     "finite",
     "page",
     "sample_block",
@@ -106,18 +106,27 @@ def page(
     )
 
 
-def check_folder(path: Path) -> None:
-    """Refuse, before any work, a page to be written into a folder that does not exist.
+def page_path(run: Path, output: str | os.PathLike[str] | None, name: str) -> Path:
+    """Where a page of ``run`` goes: ``output``, or ``name`` inside it (or inside ``run``).
+
+    Checked before any work: ``run`` is a directory and the page's folder exists.
 
     Raises:
-        FileNotFoundError: naming the folder (writing would name a hidden
+        FileNotFoundError: ``run`` is not a directory, or the folder the page
+            goes in does not exist (named: writing would name a hidden
             ``.partial`` file of its own instead).
     """
+    if not run.is_dir():
+        raise FileNotFoundError(f"{run} is not a directory")
+    path = Path(output) if output is not None else run
+    if path.is_dir():
+        path /= name
     folder = path.parent
     if not folder.is_dir():
         raise FileNotFoundError(
             f"cannot write {path}: the folder {folder} does not exist (create it first)"
         )
+    return path
 
 
 def _json_block(element_id: str, data: Any) -> str:
@@ -634,11 +643,6 @@ def write_report(
         OSError: the report cannot be written.
     """
     directory = Path(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"{directory} is not a directory")
-    path = Path(output) if output is not None else directory
-    if path.is_dir():
-        path /= REPORT
-    check_folder(path)
+    path = page_path(directory, output, REPORT)
     write_atomically(path, render(directory, path))
     return path
