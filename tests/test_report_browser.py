@@ -226,6 +226,30 @@ def test_a_timeline_bar_opens_its_row(page: Any, report: Path) -> None:
     assert page.locator("#shown").text_content() == "400 of 400 rollouts"
 
 
+def test_a_bar_of_several_runs_opens_the_first_of_them(page: Any, report: Path) -> None:
+    page.goto(report.as_uri())
+    # The widest bar that stands for several runs.
+    label = page.evaluate(
+        """() => {
+          let best = null, width = 0;
+          for (const rect of document.querySelectorAll("svg.timeline rect[data-first]")) {
+            const w = rect.getBoundingClientRect().width;
+            if (w > width) { width = w; best = rect; }
+          }
+          if (best === null) return null;
+          best.setAttribute("data-picked", "");
+          return best.getAttribute("data-first");
+        }"""
+    )
+    assert label is not None, "the fixture's timeline has no bar of several runs"
+    rows = rows_of(report.parent)
+    number = [f"{row['task_id']} #{row['rollout']}" for row in rows].index(label)
+    page.locator("svg.timeline rect[data-picked]").click()
+    opened = page.locator("#rows details[open]")
+    assert opened.count() == 1
+    assert opened.get_attribute("data-i") == str(number)
+
+
 def test_10000_rollouts(page: Any, tmp_path: Path) -> None:
     write_eval_run(tmp_path, 10_000, error_every=50)
     report = write_report(tmp_path)

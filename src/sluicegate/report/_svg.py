@@ -122,17 +122,20 @@ def timeline_svg(timelines: Sequence[Timeline], *, sessions: int | None = None) 
         top = _TOP + slot * row + row * 0.1
         for left, right, group in _merge(runs, [span.outcome for span in placed.spans]):
             first = placed.spans[group[0]]
+            name = first.label if first.label is not None else f"item {first.index}"
             if len(group) == 1:
                 assert first.started is not None
                 what = first.outcome if first.error is None else f"error {first.error}"
-                name = first.label if first.label is not None else f"item {first.index}"
                 took = _seconds(placed.ends[group[0]] - first.started)
                 tip = f"{name} (item {first.index}): {what}, {took}"
+                first_run = ""
             else:
-                tip = f"{len(group)} runs, {first.outcome}"
+                # A bar of several runs opens the first of them in the report.
+                tip = f"{len(group)} runs, {first.outcome}, from {name}"
+                first_run = f' data-first="{html_text(name)}"'
             out.append(
                 f'<rect x="{left:.2f}" y="{top:.2f}" width="{_bar_width(right - left):.2f}" '
-                f'height="{row * 0.8:.2f}" fill="{COLOURS[first.outcome]}">'
+                f'height="{row * 0.8:.2f}" fill="{COLOURS[first.outcome]}"{first_run}>'
                 f"<title>{html_text(tip)}</title></rect>"
             )
     # Runs in flight: the most within each pixel column.

@@ -382,7 +382,8 @@
     }
 
     // A run's bar in the timeline opens its row: the bar's title starts with
-    // the run's label, "TASK #ROLLOUT" for an evaluation.
+    // the run's label, "TASK #ROLLOUT" for an evaluation. A bar of several
+    // runs names the first of them in data-first, and opens that one.
     var byLabel = null;
     var timeline = document.querySelector("svg.timeline");
     if (timeline) {
@@ -390,7 +391,8 @@
         var rect = event.target.closest ? event.target.closest("rect") : null;
         var title = rect && rect.querySelector("title");
         if (!title) { return; }
-        var match = /^([\s\S]*) \(item \d+\): /.exec(title.textContent);
+        var first = rect.getAttribute("data-first");
+        var match = first !== null ? [null, first] : /^([\s\S]*) \(item \d+\): /.exec(title.textContent);
         if (!match) { return; }
         if (!byLabel) {
           byLabel = new Map();
