@@ -56,6 +56,14 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     assert "sluicegate._runner -> sluicegate.service" in done.stdout
 
 
+def printed_by(code: str) -> str:
+    """What ``code`` prints, run by a fresh interpreter (nothing imported yet)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout
+
+
 def test_import_sluicegate_loads_only_the_core() -> None:
     # What the import adds: a tool that measures the child (coverage, under
     # CI) may have loaded sqlite3 for itself before.
@@ -64,10 +72,7 @@ def test_import_sluicegate_loads_only_the_core() -> None:
         "print(json.dumps(sorted(m for m in set(sys.modules) - before "
         "if m.split('.')[0] in ('sluicegate', 'sqlite3', '_sqlite3', 'cattrs', 'rich'))))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    )
-    loaded = set(json.loads(done.stdout))
+    loaded = set(json.loads(printed_by(probe)))
     assert loaded == {
         "sluicegate",
         "sluicegate._checks",
@@ -86,7 +91,4 @@ def test_a_name_of_a_higher_layer_loads_on_first_use() -> None:
         "serve = sluicegate.serve; assert 'sluicegate.service' in sys.modules; "
         "from sluicegate import Retry; print(serve.__module__, Retry.__module__)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert done.stdout.split() == ["sluicegate.service", "sluicegate"]
+    assert printed_by(probe).split() == ["sluicegate.service", "sluicegate"]

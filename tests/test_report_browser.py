@@ -197,6 +197,20 @@ def test_sorting_and_filtering(page: Any, report: Path) -> None:
     expect(page.locator("#none")).to_be_visible()
 
 
+def row_number(report: Path, label: str) -> int:
+    """The row of the run labelled ``label`` ("TASK #ROLLOUT") in the report's data."""
+    rows = rows_of(report.parent)
+    return [f"{row['task_id']} #{row['rollout']}" for row in rows].index(label)
+
+
+def click_picked_bar(page: Any) -> Any:
+    """Click the timeline bar marked data-picked; return the one row it opened."""
+    page.locator("svg.timeline rect[data-picked]").click()
+    opened = page.locator("#rows details[open]")
+    assert opened.count() == 1
+    return opened
+
+
 def test_a_timeline_bar_opens_its_row(page: Any, report: Path) -> None:
     page.goto(report.as_uri())
     page.get_by_role("button", name=re.compile(r"^error \(")).click()  # hides the ok rows
@@ -214,12 +228,8 @@ def test_a_timeline_bar_opens_its_row(page: Any, report: Path) -> None:
           return best.querySelector("title").textContent.split(" (item")[0];
         }"""
     )
-    rows = rows_of(report.parent)
-    number = [f"{row['task_id']} #{row['rollout']}" for row in rows].index(label)
-    page.locator("svg.timeline rect[data-picked]").click()
-    opened = page.locator("#rows details[open]")
-    assert opened.count() == 1
-    assert opened.get_attribute("data-i") == str(number)
+    opened = click_picked_bar(page)
+    assert opened.get_attribute("data-i") == str(row_number(report, label))
     expect(opened.locator(".sample")).to_be_visible()
     assert opened.locator("summary").evaluate("node => node === document.activeElement")
     # The filter that hid it is cleared.
@@ -242,12 +252,8 @@ def test_a_bar_of_several_runs_opens_the_first_of_them(page: Any, report: Path) 
         }"""
     )
     assert label is not None, "the fixture's timeline has no bar of several runs"
-    rows = rows_of(report.parent)
-    number = [f"{row['task_id']} #{row['rollout']}" for row in rows].index(label)
-    page.locator("svg.timeline rect[data-picked]").click()
-    opened = page.locator("#rows details[open]")
-    assert opened.count() == 1
-    assert opened.get_attribute("data-i") == str(number)
+    opened = click_picked_bar(page)
+    assert opened.get_attribute("data-i") == str(row_number(report, label))
 
 
 def test_10000_rollouts(page: Any, tmp_path: Path) -> None:
