@@ -393,7 +393,7 @@ class EvalSource(SampleSource[Any, Any]):
                 stacklevel=1,
             )
 
-    def _admit(self, items: Iterable[Any], rollout: int | None) -> list[Slot]:
+    def admit(self, items: Iterable[Any], rollout: int | None) -> list[Slot]:
         try:
             return self._slots(items, rollout)
         except DuplicateTaskId as exc:
