@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
+import re
 import sys
 from typing import Any
 
@@ -97,15 +99,36 @@ def _errors(args: argparse.Namespace) -> int:
     return 0
 
 
+# A number and an optional unit: "7", "7d", "12h", "1.5d", "90s".
+_DURATION = re.compile(r"\s*(?P<number>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>[a-z]*)\s*")
+_UNITS = {"": 86400.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def _age(text: str) -> datetime.timedelta | None:
+    """``--older-than``'s duration (days when no unit is given), or None if it is none."""
+    found = _DURATION.fullmatch(text.lower())
+    if found is None or found["unit"] not in _UNITS:
+        return None
+    seconds = float(found["number"]) * _UNITS[found["unit"]]
+    # How far back a datetime can go from now: a longer age is no date.
+    if not math.isfinite(seconds) or seconds > _OLDEST.total_seconds():
+        return None
+    return datetime.timedelta(seconds=seconds)
+
+
+_OLDEST = datetime.datetime.now(datetime.UTC) - datetime.datetime.min.replace(tzinfo=datetime.UTC)
+
+
 def _trim(args: argparse.Namespace) -> int:
-    if not args.older_than >= 0:
+    age = _age(args.older_than)
+    if age is None:
         print(
-            f"sluicegate journal trim: --older-than must be a number of days >= 0, "
-            f"got {args.older_than}",
+            "sluicegate journal trim: --older-than must be a finite age >= 0 such as 7d, 12h,"
+            f" 30m or 90s (a bare number is days), not {args.older_than!r}",
             file=sys.stderr,
         )
         return 2
-    before = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=args.older_than)
+    before = datetime.datetime.now(datetime.UTC) - age
     try:
         forgotten = Journal(args.path).trim(before, errors=args.errors)
     except (OSError, JournalError) as exc:
@@ -144,8 +167,9 @@ def register(commands: Any) -> None:
     )
     trim.add_argument("path", metavar="PATH", help="the journal file")
     trim.add_argument(
-        "--older-than", type=float, required=True, metavar="DAYS",
-        help="forget items that finished more than DAYS days ago",
+        "--older-than", required=True, metavar="AGE",
+        help="forget items that finished more than AGE ago: 7d, 12h, 30m, 90s (a bare number"
+        " is days)",
     )  # fmt: skip
     trim.add_argument("--errors", action="store_true", help="forget old errors (dead letters) too")
     trim.set_defaults(handler=_trim)
