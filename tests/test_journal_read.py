@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ import trio.lowlevel
 
 from sluicegate import serve
 from sluicegate.cli import main
-from sluicegate.service import Journal
+from sluicegate.service import Journal, JournalError
 
 
 async def checked(n: int) -> int:
@@ -151,3 +152,31 @@ def test_a_journal_created_but_never_written_reads_as_empty(
     assert (status, shown) == (0, f"journal {path}: 0 item(s)\n  ok     0\n  error  0\n")
     fill(path)
     assert journal.counts() == {"ok": 4, "error": 2}
+
+
+@pytest.mark.parametrize("size", [1, 15, 50])
+def test_a_journal_cut_short_is_refused_not_read_as_empty(tmp_path: Path, size: int) -> None:
+    # Measured before: a journal truncated to 1 byte read as empty, and a
+    # service on it ran every item again.
+    path = tmp_path / "journal.db"
+    fill(path)
+    with open(path, "r+b") as file:
+        file.truncate(size)
+    for leftover in (f"{path}-wal", f"{path}-shm"):
+        if os.path.exists(leftover):
+            os.unlink(leftover)
+    with pytest.raises(JournalError) as caught:
+        Journal(path).counts()
+    assert str(path) in str(caught.value)
+    status, _ = cli("journal", "show", str(path))
+    assert status == 2
+    ran: list[int] = []
+
+    async def run(n: int) -> int:
+        ran.append(n)
+        return n
+
+    with pytest.raises(JournalError, match=re.escape(str(path))):
+        trio.run(lambda: serve(range(3), run, window=1, key=str, journal=path, signals=()))
+    assert ran == []
+    assert os.path.getsize(path) == size  # refused untouched

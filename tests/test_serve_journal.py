@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import pytest
 import trio
 import trio.lowlevel
+import trio.testing
 
 from sluicegate import ServedItem, serve
 from sluicegate.service import Journal, JournalError
@@ -340,3 +342,184 @@ async def test_a_channel_shared_with_another_reader_is_read_one_item_at_a_time(
     report = await serve(receive, run, window=1, key=str, journal=tmp_path / "j.db", signals=())
     assert taken_by_other == ["1"]
     assert report.ok == 9
+
+
+def feed_of(kind: str, items: list[str]) -> Iterable[str] | AsyncIterator[str] | object:
+    """``items`` as a list, an async generator or a filled memory channel."""
+    if kind == "list":
+        return items
+    if kind == "channel":
+        return filled_channel(items)
+
+    async def generate() -> AsyncIterator[str]:
+        for item in items:
+            yield item
+
+    return generate()
+
+
+@pytest.mark.parametrize("kind", ["list", "generator", "channel"])
+@pytest.mark.parametrize("window", [1, 4])
+async def test_a_key_fed_again_before_its_row_is_committed_runs_once(
+    tmp_path: Path, kind: str, window: int
+) -> None:
+    # Without on_outcome nobody waits for a commit. Measured before: ["a"] * 5
+    # at window 1 ran "a" five times (ok=5): each copy was looked up after the
+    # one before had finished but before its row was committed.
+    ran: list[str] = []
+
+    async def run(name: str) -> str:
+        ran.append(name)
+        return await echo_str(name)
+
+    path = tmp_path / "j.db"
+    items = ["a"] * 5 + ["b", "a", "b"]
+    report = await serve(
+        feed_of(kind, items),
+        run,
+        window=window,
+        key=str,
+        journal=path,
+        signals=(),  # type: ignore[arg-type]
+    )
+    assert sorted(ran) == ["a", "b"]
+    assert (report.ok, report.skipped) == (2, 6)
+    assert Journal(path).counts() == {"ok": 2, "error": 0}
+
+
+async def test_with_rerun_errors_a_copy_runs_again_once_the_failure_is_recorded(
+    tmp_path: Path,
+) -> None:
+    runs = 0
+
+    async def run(name: str) -> str:
+        nonlocal runs
+        runs += 1
+        await trio.lowlevel.checkpoint()
+        if runs < 3:
+            raise ConnectionError(f"attempt {runs}")
+        return name
+
+    path = tmp_path / "j.db"
+    report = await serve(
+        ["x"] * 4, run, window=2, key=str, journal=path, rerun_errors=True, signals=()
+    )
+    # Each copy waits for the one before to be recorded: two failures, then
+    # a success, then a copy skipped.
+    assert runs == 3
+    assert (report.ok, report.failed, report.skipped) == (1, 2, 1)
+    assert Journal(path).counts() == {"ok": 1, "error": 0}
+
+
+async def test_after_a_restart_skipped_items_are_acknowledged_together_as_new_ones_run(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Measured before: on_outcome for each skipped item ran in the admission
+    # step, one at a time, and nothing else ran meanwhile (20,000 skipped
+    # items with an on_outcome of 1 ms took about 100 s).
+    path = tmp_path / "j.db"
+    await serve(range(40), echo, window=8, key=str, journal=path, signals=())
+    alive = most = 0
+    started: dict[int, float] = {}
+
+    async def acknowledge(served: ServedItem[int]) -> None:
+        nonlocal alive, most
+        if served.skipped:
+            alive += 1
+            most = max(most, alive)
+            await trio.sleep(1)
+            alive -= 1
+
+    async def run(n: int) -> int:
+        started[n] = trio.current_time()
+        return await echo(n)
+
+    began = trio.current_time()
+    report = await serve(
+        [100, *range(40), 101], run, window=8, key=str, journal=path, on_outcome=acknowledge,
+        signals=(),
+    )  # fmt: skip
+    assert (report.ok, report.skipped) == (2, 40)
+    # Forty acknowledgements, eight at a time (the window): 5 s, not 40 s.
+    assert most == 8
+    assert trio.current_time() - began == pytest.approx(5.0)
+    # The new items ran meanwhile: the first at once, the last as soon as
+    # the admission reached it, with acknowledgements still running.
+    assert started[100] == began
+    assert started[101] - began == pytest.approx(4.0)
+
+
+UNSHARE = shutil.which("unshare")
+
+
+def in_a_small_filesystem(
+    kilobytes: int, folder: Path, script: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` with a tmpfs of ``kilobytes`` KiB mounted at ``folder``, in a mount namespace.
+
+    A real full disk: the namespace (``unshare --map-root-user --mount``)
+    needs no privilege where user namespaces are enabled, and the mount goes
+    with the process.
+    """
+    if UNSHARE is None:
+        pytest.skip("needs unshare(1) to mount a small filesystem")
+    folder.mkdir()
+    probe = subprocess.run(
+        [UNSHARE, "--map-root-user", "--mount", "true"], capture_output=True, check=False
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a mount namespace here: {probe.stderr.decode().strip()}")
+    return subprocess.run(
+        [
+            UNSHARE, "--map-root-user", "--mount", "sh", "-c",
+            'mount -t tmpfs -o size="$1"k tmpfs "$2" && exec "$3" -c "$4"',
+            "sh", str(kilobytes), str(folder), sys.executable, textwrap.dedent(script),
+        ],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": SRC},
+    )  # fmt: skip
+
+
+def test_a_disk_that_fills_while_the_wal_is_copied_back_is_a_journal_error(
+    tmp_path: Path,
+) -> None:
+    # A 4.6 MB filesystem holds a WAL past the 4 MB that make a checkpoint
+    # due, but not the database pages the checkpoint then writes. The feed
+    # waits once the WAL is past 4 MB, so no row is queued when the copy
+    # fails. Measured before: a bare sqlite3.OperationalError ("database or
+    # disk is full") naming no file.
+    folder = tmp_path / "small"
+    path = folder / "j.db"
+    done = in_a_small_filesystem(
+        4600,
+        folder,
+        f"""
+        import os, sqlite3, trio
+        from sluicegate import serve
+        from sluicegate.service import JournalError
+
+        async def feed():
+            n = 0
+            while os.path.getsize({str(path)!r} + "-wal") <= 4 << 20 if n else True:
+                yield n
+                n += 1
+            with trio.move_on_after(30):  # the copy failed long before
+                await trio.sleep_forever()
+
+        async def run(n):
+            return "v" * 3000
+
+        async def acknowledge(served):
+            pass
+
+        try:
+            trio.run(lambda: serve(feed(), run, window=1, key=str, journal={str(path)!r},
+                                   on_outcome=acknowledge, signals=()))
+            print("no error")
+        except JournalError as exc:
+            print("JournalError", {str(path)!r} in str(exc), "copy the WAL" in str(exc))
+        except sqlite3.Error as exc:
+            print(type(exc).__name__, exc)
+    """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["JournalError", "True", "True"]

@@ -18,6 +18,7 @@ import datetime
 import errno
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
 from pathlib import Path
@@ -34,13 +35,14 @@ from ._rows import (
     JournalEntry,
     JournalError,
     RecordedError,
+    check_file,
     check_identity,
     create_schema,
     refuse,
     stored_key,
     utc,
 )
-from ._writer import BUSY_TIMEOUT_S, Committed, JournalWriter, connect_writer
+from ._writer import BUSY_TIMEOUT_S, POLL_S, WAL_BYTES, Durable, JournalWriter, connect_writer
 
 __all__ = ["Journal", "JournalEntry", "JournalError", "RecordedError", "Synchronous"]
 
@@ -88,6 +90,7 @@ class Journal:
     def _reader(self) -> Iterator[sqlite3.Connection]:
         if not self.path.is_file():
             raise FileNotFoundError(errno.ENOENT, "no journal there", display(self.path))
+        check_file(self.path)
         try:
             db = _sqlite.connect(self.path, "ro", timeout=BUSY_TIMEOUT_S)
         except sqlite3.Error as exc:
@@ -165,6 +168,12 @@ class Journal:
         again. The file does not shrink, but SQLite reuses the pages freed,
         so trimming regularly bounds a long-lived service's journal.
 
+        The journal is trimmed in short transactions (at most about 50 ms
+        and 1 MB of WAL each, a stretch of keys at a time), each followed by
+        a pause at least as long, with the WAL copied back into the database
+        between them: a service writing meanwhile waits for one of them at
+        most, and the WAL stays small however much is forgotten.
+
         Args:
             before: An aware datetime; items that finished earlier go.
             errors: Forget recorded errors (dead letters) too; by default
@@ -182,21 +191,21 @@ class Journal:
             raise TypeError(f"before must be an aware datetime (with a tzinfo), not {before!r}")
         if not self.path.is_file():
             raise FileNotFoundError(errno.ENOENT, "no journal there", display(self.path))
-        query = "DELETE FROM items WHERE finished < ?" + ("" if errors else " AND status = 'ok'")
+        check_file(self.path)
         try:
             with closing(_sqlite.connect(self.path, "rw", timeout=BUSY_TIMEOUT_S)) as db:
                 if check_identity(db, self.path) == "empty":
                     return 0
-                with _sqlite.immediate(db):
-                    return db.execute(query, (before.timestamp(),)).rowcount
+                db.execute(f"PRAGMA journal_size_limit = {WAL_BYTES}")
+                return _Trim(db, before.timestamp(), errors=errors).run()
         except sqlite3.DatabaseError as exc:
             raise refuse(self.path, f"cannot trim it: {exc}") from None
 
-    def open(self, *, on_commit: Committed | None = None, backlog: int = 1024) -> JournalWriter:
+    def open(self, *, on_durable: Durable | None = None, backlog: int = 1024) -> JournalWriter:
         """Create the journal if needed and open it for a service.
 
         Args:
-            on_commit: See :class:`JournalWriter`.
+            on_durable: See :class:`JournalWriter`.
             backlog: See :class:`JournalWriter`.
 
         Raises:
@@ -221,6 +230,8 @@ class Journal:
             os.close(descriptor)
         except OSError as exc:
             raise _cannot_create(path, exc) from exc
+        if not created:
+            check_file(path)
         opened: list[sqlite3.Connection] = []
         try:
             # The writer first: creating or checking the journal waits for
@@ -249,7 +260,7 @@ class Journal:
         writer, reader = opened
         return JournalWriter(
             path, reader, writer, backlog=backlog, synchronous=self.synchronous,
-            on_commit=on_commit,
+            on_durable=on_durable,
         )  # fmt: skip
 
 
@@ -298,3 +309,78 @@ def _initialize(db: sqlite3.Connection, path: Path) -> None:
             create_schema(db)
             db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+class _Trim:
+    """One trim: stretches of keys deleted in short transactions, with pauses between.
+
+    The table has no index on ``finished`` for successes (a service never
+    needs one), so a trim reads every key once in any case; it reads them in
+    key order, a stretch per transaction, sized so that a transaction takes
+    about ``_TRIM_S`` and writes about ``_TRIM_PAGES`` pages to the WAL. After
+    each, the WAL is copied into the database, so the next commit (a
+    service's or ours) starts it again from its beginning: it never holds
+    much more than one stretch. The pause after a transaction lasts as long
+    as it did, and at least as long as a waiting service's writer takes
+    between two tries for the lock (``POLL_S``), so that writer gets in after
+    at most one stretch.
+    """
+
+    def __init__(self, db: sqlite3.Connection, before: float, *, errors: bool) -> None:
+        self._db = db
+        self._before = before
+        self._which = "" if errors else " AND status = 'ok'"
+        # Invariant: keys up to this one are done (None: none yet); only grows.
+        self._done_to: str | bytes | None = None
+        # Invariant: _TRIM_MIN <= _stretch <= _TRIM_MAX keys; resized by run() alone.
+        self._stretch = _TRIM_MIN
+
+    def run(self) -> int:
+        forgotten = 0
+        while True:
+            began = time.monotonic()
+            gone, more = self._one_stretch()
+            took = time.monotonic() - began
+            forgotten += gone
+            # (busy, frames in the WAL, frames copied): the WAL started again
+            # at this stretch, so its frames are the pages this stretch wrote.
+            _, pages, _ = self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if not more:
+                return forgotten
+            self._resize(took, pages)
+            time.sleep(max(took, POLL_S * 1.2))
+
+    def _one_stretch(self) -> tuple[int, bool]:
+        """Delete in the next stretch of keys; say how many went and whether keys remain."""
+        db = self._db
+        after = () if self._done_to is None else (self._done_to,)
+        with _sqlite.immediate(db):
+            row = db.execute(
+                f"SELECT key FROM items {'WHERE key > ?' if after else ''}"
+                " ORDER BY key LIMIT 1 OFFSET ?",
+                (*after, self._stretch - 1),
+            ).fetchone()
+            # The stretch is (done_to, last]; the last one reaches the end.
+            upto = () if row is None else (row[0],)
+            deleted = db.execute(
+                f"DELETE FROM items WHERE finished < ?{self._which}"
+                f"{' AND key > ?' if after else ''}{' AND key <= ?' if upto else ''}",
+                (self._before, *after, *upto),
+            ).rowcount
+        if row is None:
+            return deleted, False
+        self._done_to = row[0]
+        return deleted, True
+
+    def _resize(self, took: float, pages: int) -> None:
+        # Toward the stretch that takes _TRIM_S and writes _TRIM_PAGES, by at
+        # most a factor of two a step.
+        factor = min(_TRIM_S / max(took, 1e-4), _TRIM_PAGES / max(pages, 1), 2.0)
+        stretch = self._stretch * max(factor, 0.5)
+        self._stretch = int(min(_TRIM_MAX, max(_TRIM_MIN, stretch)))
+
+
+_TRIM_S = 0.05  # what one trim transaction should take, at most
+_TRIM_PAGES = 256  # and what it should write to the WAL (1 MB of 4 KiB pages)
+_TRIM_MIN = 500  # keys read in a stretch, at least
+_TRIM_MAX = 100_000  # and at most

@@ -129,6 +129,5 @@ def prometheus_collector(
         ) from exc
     collector = _ServeCollector(namespace)
     (registry or prometheus_client.REGISTRY).register(collector)
-    # Services started from now on keep the latency histogram.
-    services.watchers += 1
+    services.watch()
     return collector

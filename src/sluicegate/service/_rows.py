@@ -29,12 +29,12 @@ __all__ = [
     "COLUMNS",
     "LOOKUP",
     "SCHEMA_VERSION",
-    "STATUS",
     "ErrorRow",
     "JournalEntry",
     "JournalError",
     "OkRow",
     "RecordedError",
+    "check_file",
     "check_identity",
     "create_schema",
     "error_row",
@@ -97,12 +97,17 @@ WHERE items.status != 'ok'
 """
 
 LOOKUP = f"SELECT {COLUMNS} FROM items WHERE key = ?"
-STATUS = "SELECT status FROM items WHERE key = ?"
 
 
 @functools.cache
 def statuses_query(keys: int) -> str:
-    """The query of the status of ``keys`` keys at once: one read for several items."""
+    """The query of the status of ``keys`` keys at once: one read for several items.
+
+    One key is compared for equality: SQLite makes a table of an ``IN`` list,
+    even of one, which made the look-up of one key a third dearer.
+    """
+    if keys == 1:
+        return "SELECT key, status FROM items WHERE key = ?"
     return "SELECT key, status FROM items WHERE key IN (" + ", ".join(["?"] * keys) + ")"
 
 
@@ -290,6 +295,29 @@ def _upsert_oks(rows: int) -> str:
         "VALUES (?, 'ok', ?, ?, ?, ?, ?)",
         "VALUES " + ", ".join(["(?, 'ok', ?, ?, ?, ?, ?)"] * rows),
     )
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_file(path: Path) -> None:
+    """Refuse a file that is neither empty nor an SQLite database, before SQLite opens it.
+
+    An empty file is what a service killed between creating the journal and
+    its first write leaves, and a journal with nothing in it. Anything else
+    must start with SQLite's header: SQLite itself takes a file shorter than
+    its header (a journal truncated to a few bytes) for an empty database.
+
+    Raises:
+        JournalError: the file holds something else, or too little of a journal.
+        OSError: the file cannot be read.
+    """
+    with open(path, "rb") as file:
+        head = file.read(len(_SQLITE_HEADER))
+    if len(head) < len(_SQLITE_HEADER) and head:
+        raise refuse(path, f"not a sluicegate journal ({len(head)} byte(s): too short for one)")
+    if head and head != _SQLITE_HEADER:
+        raise refuse(path, "not a sluicegate journal (not an SQLite file)")
 
 
 def check_identity(db: sqlite3.Connection, path: Path) -> Literal["ours", "empty"]:

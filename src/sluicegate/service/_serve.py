@@ -1,24 +1,32 @@
 """``serve()``: run a feed for as long as the process lives, on the one dispatcher.
 
-The path of one item: the admission filter between the source and the
-dispatcher (``run_each``) asks the item's key once and looks it up in the
-journal; an item the journal holds is settled there as skipped, so it takes
-neither a window place nor a rate token. Any other item runs in the one
-per-item wrapper, under the retry policy and timeout
-(:func:`~.._retry.attempt`), which builds its :class:`ServedItem` and hands
-it to the one settle step: journal it (waiting for the commit when someone
-listens), count it, tell ``on_outcome`` and, for a failure, the recorder.
-The wrapper holds the item's window place until then, so memory stays
-bounded by the window and an acknowledged item is always a durable one.
+The path of one item, each step a method of :class:`_Service`:
+
+* **Admission** (:class:`_Tickets`, between the source and the dispatcher's
+  ``run_each``): the item becomes a :class:`_Ticket`, its key asked once.
+  With a journal its key is looked up (:meth:`_Service.look_up`), one item
+  at a time; a recorded one is settled there as skipped, so it takes
+  neither a window place nor a rate token, and its ``on_outcome`` runs in a
+  task of its own, up to a window of them at once. A copy of a key whose
+  outcome is not durable yet waits for it first. The items of a source that
+  binds the run (a :class:`~sluicegate.SampleSource`) are looked up as
+  their run starts instead.
+* **Run** (:meth:`_Service.serve_one`): the item runs under the retry policy
+  and timeout (:func:`~.._retry.attempt`), holding its window place until
+  it is settled (and, when someone hears of it, durable).
+* **Settle** (:meth:`_Service.settle`): the one step every outcome takes,
+  skipped items included: counted, logged, its row queued in the journal.
+* **Durable** (:meth:`_Service.durable`): the journal's commits (or, without
+  one, the settle step itself) say which outcomes are durable, in batches:
+  counted as ok or failed, and a copy of their key may go on. Only then is
+  ``on_outcome`` called, so an acknowledged item is a durable one.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-import os
 import signal
-import threading
 import time
 from collections import deque
 from collections.abc import (
@@ -31,33 +39,35 @@ from collections.abc import (
     Sequence,
 )
 from functools import partial
-from typing import Any, Generic, Literal, TypeVar, final
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, final
 
 import attrs
 import outcome
 import trio
 
-from .._checks import check_flag, check_seconds
 from .._dynamic import SampleSource
 from .._retry import CutShort, Retry, attempt
 from .._runner import (
+    CURRENT_INDEX,
     BindsRun,
     Drain,
     Pacer,
     Recorder,
     WindowLike,
-    check_stream_arguments,
     report_failure,
     run_each,
 )
-from .._signals import DEFAULT_SIGNALS, check_signals, drain_on_signals
-from .._sqlite import display
-from .._util import as_async_iterator, close_source, pace, sole_exception, surely_sync
+from .._signals import DEFAULT_SIGNALS, drain_on_signals
+from .._util import as_async_iterator, close_source, pace, sole_exception
 from ._convert import storable
 from ._journal import Journal
 from ._rows import JournalEntry, error_row, ok_row
+from ._settings import Settings
 from ._stats import ServeStats, ServiceCounters, Snapshots, registry
-from ._writer import JournalWriter
+from ._writer import Batch, OpenJournal
+
+if TYPE_CHECKING:
+    import os
 
 __all__ = ["ServeReport", "ServedItem", "serve"]
 
@@ -126,20 +136,6 @@ class ServeReport:
     retried: int
     stop_reason: StopReason
     elapsed_s: float
-
-
-def _check_callable(name: str, value: object) -> None:
-    if value is not None and not callable(value):
-        raise TypeError(f"{name} must be callable or None, not {value!r}")
-
-
-def _check_async(name: str, fn: object) -> None:
-    if surely_sync(fn):
-        what = getattr(fn, "__qualname__", None) or repr(fn)
-        raise TypeError(
-            f"{name} must be an async function (async def, or a functools.partial of one); "
-            f"{what} is a plain function"
-        )
 
 
 async def serve(
@@ -234,109 +230,8 @@ async def serve(
         Exception: with ``errors="raise"``, the first failure, as itself;
             an exception from ``on_outcome``, ``on_stats`` or ``key``.
     """
-    settings = _Settings.checked(
-        source, run, window=window, key=key, journal=journal, rerun_errors=rerun_errors,
-        errors=errors, retry=retry, rate=rate, timeout=timeout, drain=drain,
-        signals=signals, grace=grace, on_outcome=on_outcome, on_stats=on_stats,
-        stats_interval=stats_interval, trace=trace,
-    )  # fmt: skip
+    settings = Settings.of(locals())
     return await _Service(source, settings).serve()
-
-
-@final
-@attrs.frozen
-class _Settings(Generic[T]):
-    """What :func:`serve` was asked to do, checked once before anything is opened or pulled."""
-
-    run: Callable[[T], Awaitable[Any]]
-    window: int | WindowLike
-    key: Callable[[T], str] | None
-    journal: Journal | None
-    rerun_errors: bool
-    raise_errors: bool
-    retry: Retry | None
-    rate: Pacer | None
-    timeout: float | None
-    drain: Drain
-    signals: tuple[signal.Signals, ...]
-    grace: float | None
-    on_outcome: Callable[[ServedItem[T]], Awaitable[None]] | None
-    on_stats: Callable[[ServeStats], Any] | None
-    stats_interval: float
-    trace: Recorder | None
-
-    @classmethod
-    def checked(
-        cls,
-        source: object,
-        run: Any,
-        *,
-        window: object,
-        key: Any,
-        journal: object,
-        rerun_errors: object,
-        errors: object,
-        retry: Any,
-        rate: Any,
-        timeout: Any,
-        drain: Any,
-        signals: object,
-        grace: Any,
-        on_outcome: Any,
-        on_stats: Any,
-        stats_interval: Any,
-        trace: Any,
-    ) -> _Settings[Any]:
-        """Every argument check, before anything is opened or pulled.
-
-        Raises:
-            TypeError, ValueError, RuntimeError: as :func:`serve` documents.
-        """
-        if window is None:
-            raise TypeError(
-                "serve() needs a bounded window (an int >= 1): a service's memory is bounded by it"
-            )
-        check_stream_arguments(source, run, window, rate, trace, drain)
-        # Refused here, not met at the first item: by then a plain function has
-        # run (its side effect done) and its result could not be awaited, which
-        # errors="record" would journal as a dead letter for every item.
-        _check_async("run", run)
-        _check_callable("key", key)
-        if journal is not None and not isinstance(journal, Journal):
-            if not isinstance(journal, (str, os.PathLike)):
-                raise TypeError(f"journal must be a path or a Journal, not {journal!r}")
-            journal = Journal(journal)
-        if journal is not None and key is None:
-            raise TypeError("a journal needs key=: a function giving each item's identity as a str")
-        rerun = check_flag(rerun_errors, "rerun_errors")
-        if errors not in ("record", "raise"):
-            raise ValueError(f'errors must be "record" or "raise", not {errors!r}')
-        if retry is not None and not isinstance(retry, Retry):
-            raise TypeError(f"retry must be a sluicegate.Retry or None, not {retry!r}")
-        check_seconds(timeout, "timeout", zero=False, none=True)
-        if drain is not None and not isinstance(drain, Drain):
-            raise TypeError(f"drain must be a sluicegate.Drain or None, not {drain!r}")
-        if isinstance(signals, (str, bytes)) or not isinstance(signals, Iterable):
-            raise TypeError(f"signals must be a sequence of signals, not {signals!r}")
-        wanted = check_signals(signals)
-        if wanted and threading.current_thread() is not threading.main_thread():
-            raise RuntimeError(
-                "serve() can only take signals in the main thread; pass signals=() and "
-                "stop it with a Drain (or by cancelling it)"
-            )
-        check_seconds(grace, "grace", none=True)
-        _check_callable("on_outcome", on_outcome)
-        if on_outcome is not None:
-            _check_async("on_outcome", on_outcome)
-        _check_callable("on_stats", on_stats)
-        check_seconds(stats_interval, "stats_interval", zero=False)
-        return _Settings(
-            run=run, window=window, key=key, journal=journal,  # type: ignore[arg-type]
-            rerun_errors=rerun, raise_errors=errors == "raise", retry=retry, rate=rate,
-            timeout=timeout, drain=drain if drain is not None else Drain(), signals=wanted,
-            grace=grace, on_outcome=on_outcome, on_stats=on_stats,
-            stats_interval=stats_interval, trace=trace,
-        )  # fmt: skip
 
 
 def _key_of(key: Callable[[Any], str], item: object) -> str:
@@ -346,27 +241,54 @@ def _key_of(key: Callable[[Any], str], item: object) -> str:
     return name
 
 
+# A ticket's states, in the order of its life (see _Ticket).
+_NEW = "new"
+_LOOKED_UP = "looked up"
+_RUNNING = "running"
+_SETTLED = "settled"
+_CUT = "cut short"
+
+
 class _Ticket(Generic[T]):
-    """One item on its way from the source to the settle step, with its key and index."""
+    """One item on its way from the source to its settle step: its key, and its state.
 
-    __slots__ = ("checked", "index", "item", "key", "recorded", "status")
+    A ticket's life is one state: ``new`` (taken from the source, its key
+    asked) -> ``looked up`` (the journal's answer for its key is known; with
+    no journal there is nothing to ask) -> ``running`` -> ``settled`` (its
+    outcome counted, its row queued). A ticket whose key the journal holds
+    goes from ``looked up`` to ``settled`` without running (skipped); one
+    that a drain, grace, cancellation or ``errors="raise"`` stops while it
+    runs ends ``cut short``, with no outcome. A ticket is a record of its
+    :class:`_Service`: only the service's steps write it, each in the task
+    that holds the ticket then (the admission, the run, the settle step).
+    """
 
-    def __init__(self, item: T, key: str | None) -> None:
+    __slots__ = ("batch", "item", "key", "recorded", "state", "status", "waiters")
+
+    def __init__(self, item: T, key: str | None, state: str) -> None:
         self.item = item
         self.key = key
-        self.index = -1  # the dispatcher's, once a recorder hears of the pull
-        # Whether the journal was asked for its key, and what it held.
-        self.checked = False
+        # Invariant: _NEW, _LOOKED_UP, _RUNNING, then _SETTLED or _CUT, in that
+        # order, some skipped; written by _Service.look_up(), serve_one(),
+        # settle() and cut_short(). A ticket stays _NEW while a copy of its
+        # key is in flight: it is looked up once that copy is durable.
+        self.state = state
+        # Invariant: what the journal held for the key when the ticket was
+        # looked up ("ok", "error", None for nothing), from _LOOKED_UP on.
+        # Written by _Service.look_up().
+        self.status: str | None = None
+        # Invariant: the entry the journal holds for a skipped ticket whose
+        # outcome someone hears of (on_outcome, a SampleSource); else None.
+        # Written by _Service.look_up().
         self.recorded: JournalEntry | None = None
-        # The key's status as the admission filter's look-up found it
-        # ("ok", "error", None), or _UNKNOWN until it is looked up.
-        self.status: str | None = _UNKNOWN
-
-
-_UNKNOWN = "unknown"
-# At most this many items already waiting in a memory channel are taken at
-# once, to look their keys up in one query (see _Tickets).
-_LOOKAHEAD = 64
+        # Invariant: the journal batch its row joined, once settled with a
+        # journal; else None. Written by _Service.settle().
+        self.batch: Batch | None = None
+        # Invariant: made by the first copy of its key that waits for its
+        # outcome to be durable, set once it is (or once it ended without
+        # one). Written by _Service.look_up_alone(), set by _Service.durable() or
+        # cut_short().
+        self.waiters: trio.Event | None = None
 
 
 class _Admission(Generic[T]):
@@ -402,104 +324,129 @@ class _Admission(Generic[T]):
 
 
 class _Tickets(Generic[T]):
-    """The items of a source as tickets; with ``skips``, recorded ones are settled here.
+    """The items of a source as tickets; with ``skips`` and a journal, recorded ones are skipped.
 
-    With ``skips``, keys are looked up as items are taken, several in one
-    query: from a memory channel, the items already waiting in it (up to
-    ``_LOOKAHEAD``) are taken together, which costs a quarter of a look-up
-    per item. A channel that others read too (a clone) gives one at a time,
-    so that none of its items waits here while another reader is free.
+    With ``skips``, keys are looked up as items are taken, together: with
+    an item, the items already waiting in a trio memory channel (up to
+    ``_TOGETHER``) are taken, and their keys looked up in one query, which
+    costs about a quarter of a look-up each. Other sources hold no item
+    waiting, so theirs are looked up one at a time, by the same steps. A
+    channel that another reader shares (a clone) gives one item at a time,
+    so that none of its items waits here while the other reader is free.
     """
 
-    __slots__ = ("_ahead", "_async", "_channel", "_service", "_skipped", "_skips", "_sync")
+    __slots__ = (
+        "_async",
+        "_channel",
+        "_fresh",
+        "_key",
+        "_next",
+        "_ready",
+        "_service",
+        "_skipped",
+        "_skips",
+        "_sync",
+    )
 
     def __init__(self, service: _Service[T], source: Any, *, skips: bool) -> None:
         self._service = service
-        self._skips = skips and service.writer is not None
+        self._key = service.settings.journaling.key
+        journaled = service.writer is not None
+        self._skips = skips and journaled
+        # A new ticket waits for its look-up only when there is a journal to ask.
+        self._fresh = _NEW if journaled else _LOOKED_UP
+        # Invariant: skipped items so far, for pace(); written by __anext__ only.
         self._skipped = 0
+        # Invariant: tickets taken together and looked up, not handed out
+        # yet, in source order, at most _TOGETHER; and the exception of a key()
+        # that raised on an item taken with them, last, raised in its turn.
+        # Written by __anext__ and _take() only.
+        self._ready: deque[_Ticket[T] | Exception] = deque()
+        self._channel: trio.MemoryReceiveChannel[T] | None = None
         self._async: AsyncIterator[T] | None = None
         self._sync: Iterator[T] | None = None
-        self._channel: trio.MemoryReceiveChannel[T] | None = None
         if isinstance(source, AsyncIterable):
             self._async = as_async_iterator(source)
+            self._next = self._async.__anext__
             if isinstance(source, trio.MemoryReceiveChannel):
                 self._channel = source
         else:
             self._sync = iter(source)
-        # Tickets taken and looked up, not yet handed to the dispatcher; a
-        # key() that raised on an item taken ahead, to be raised in its turn.
-        self._ahead: deque[_Ticket[T] | Exception] = deque()
 
     def __aiter__(self) -> _Tickets[T]:
         return self
 
     async def __anext__(self) -> _Ticket[T]:
+        key = self._key
+        ready = self._ready
         service = self._service
-        key = service.settings.key
-        ahead = self._ahead
         while True:
-            if not ahead:
+            if not ready:
                 if self._sync is not None:
                     try:
                         item = next(self._sync)
                     except StopIteration:
                         raise StopAsyncIteration from None
                 else:
-                    item = await anext(self._async)  # type: ignore[arg-type]
-                ticket = _Ticket(item, None if key is None else _key_of(key, item))
+                    item = await self._next()
+                ticket = _Ticket(item, None if key is None else _key_of(key, item), self._fresh)
                 if not self._skips:
                     return ticket
-                self._take_ahead(ticket)
-            taken = ahead.popleft()
+                self._take(ticket)
+            taken = ready.popleft()
             if isinstance(taken, Exception):
                 raise taken
-            skip = await service.skipped(taken)
-            if not ahead:
-                service.landed_since = None  # no looked-up ticket waits any more
-            if not skip:
+            if taken.state is _NEW:
+                await service.look_up_alone(taken)
+            if service.runs(taken):
                 return taken
+            if service.on_outcome is not None:
+                await service.acknowledge(taken, inline=False)
             # A restart may skip a long run of recorded items: stay
             # cancellable, and let other tasks in, as any loop over items.
             self._skipped += 1
             await pace(self._skipped)
 
-    def _take_ahead(self, first: _Ticket[T]) -> None:
+    def _take(self, first: _Ticket[T]) -> None:
         """Queue ``first`` and the items already waiting in the channel, their keys looked up."""
         tickets = [first]
-        channel = self._channel
         failed: Exception | None = None
+        channel = self._channel
         if channel is not None:
-            stats = channel.statistics()
-            if stats.open_receive_channels == 1:
-                key = self._service.settings.key
+            waiting = channel.statistics()
+            if waiting.open_receive_channels == 1:
+                key = self._key
                 assert key is not None
-                for _ in range(min(stats.current_buffer_used, _LOOKAHEAD - 1)):
+                for _ in range(min(waiting.current_buffer_used, _TOGETHER - 1)):
                     try:
                         item = channel.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                     try:
-                        tickets.append(_Ticket(item, _key_of(key, item)))
+                        tickets.append(_Ticket(item, _key_of(key, item), _NEW))
                     except Exception as exc:
                         failed = exc
                         break
         self._service.look_up(tickets)
-        self._ahead.extend(tickets)
+        self._ready.extend(tickets)
         if failed is not None:
-            self._ahead.append(failed)
+            self._ready.append(failed)
 
     async def aclose(self) -> None:
         await close_source(self._async if self._async is not None else self._sync)
 
 
+# The most items taken from a memory channel at once, their keys looked up in one query.
+_TOGETHER = 64
+
+
 class _Numbering:
-    """The caller's recorder, told of items rather than tickets; tickets learn their index."""
+    """The caller's recorder, told of items rather than tickets."""
 
     def __init__(self, inner: Recorder) -> None:
         self._inner = inner
 
     def pulled(self, index: int, ticket: Any, /) -> None:
-        ticket.index = index
         self._inner.pulled(index, ticket.item)
 
     def started(self, index: int, /) -> None:
@@ -518,115 +465,182 @@ class _Numbering:
 class _Service(Generic[T]):
     """One call of :func:`serve`: its settings, counters, journal and the per-item steps."""
 
-    def __init__(self, source: Any, settings: _Settings[T]) -> None:
+    def __init__(self, source: Any, settings: Settings[T]) -> None:
         self.source = source
         self.settings = settings
         self.drain = settings.drain
-        self.writer: JournalWriter | None = None
-        self.ticking = settings.on_stats is not None or logger.isEnabledFor(logging.INFO)
-        # Latencies are kept only for someone who reads them; nothing else
-        # depends on the logging level or on a metrics registry.
-        self.tally = ServiceCounters(
-            histogram=self.ticking or registry.watchers > 0, window=settings.window
-        )
-        self.debug = logger.isEnabledFor(logging.DEBUG)
-        # Keys of items running now, with the event a copy fed meanwhile
-        # waits on (made only then) before it is looked up like any key.
-        self.flights: dict[str, trio.Event | None] = {}
-        # Keys whose run ended since the look-up of the tickets the admission
-        # holds (None when it holds none): theirs is asked again. Kept only
-        # while tickets wait, so it never outgrows the window and a batch.
-        self.landed_since: set[str] | None = None
+        self.run = settings.run
+        self.retry = settings.retry
+        self.timeout = settings.timeout
+        self.raises = settings.errors == "raise"
+        self.rerun_errors = settings.journaling.rerun_errors
+        self.on_outcome = settings.observers.on_outcome
+        self.trace = settings.observers.trace
         # A source that binds the run (a SampleSource) hears of skipped items.
         self.binds = isinstance(source, BindsRun)
-        self.on_outcome = settings.on_outcome
-        # The clock's own method: trio.current_time() looks the clock up on
-        # every call, twice an item.
-        self.now = trio.lowlevel.current_clock().current_time
+        # Whether a skipped item's recorded entry is read: someone hears of it.
+        self.hears_skips = self.on_outcome is not None or self.binds
+        self.ticking = settings.observers.on_stats is not None or logger.isEnabledFor(logging.INFO)
+        self.debug = logger.isEnabledFor(logging.DEBUG)
+        # Invariant: set once, by open_and_run(), before any item is admitted.
+        self.writer: OpenJournal | None = None
+        # Latencies are kept only for someone who reads them; nothing else
+        # depends on the logging level or on a metrics registry.
+        self.counters = ServiceCounters(
+            histogram=self.ticking or registry.watchers > 0, window=settings.window
+        )
+        self.retrying = self.counters.retrying
+        # Invariant: a key is here, with its ticket, from the moment its item
+        # is admitted to run until its outcome is durable (or it ended without
+        # one): at most a window and a backlog of keys. Written by look_up()
+        # (admitted) and released() alone. Without a journal there is no
+        # identity to check, and it stays empty.
+        self.flights: dict[str, _Ticket[T]] = {}
+        # Invariant: set once, by run_until_stopped(), before any item is
+        # admitted: the nursery skipped items' on_outcome calls run in, and the
+        # places that bound them (a window's worth).
+        self.acks: trio.Nursery | None = None
+        self.ack_places = trio.Semaphore(_ack_places(settings.window))
 
     # -- one item ------------------------------------------------------------------------
 
-    async def skipped(self, ticket: _Ticket[T]) -> bool:
-        """Settle ``ticket`` as skipped if the journal holds its key; else mark it in flight."""
+    def look_up(self, tickets: Sequence[_Ticket[T]]) -> None:
+        """Look up the keys of new ``tickets``, taken from the source together, in one query.
+
+        A ticket whose key is in flight, or held by a ticket before it here,
+        stays new: what the journal holds for its key will change before its
+        turn, so it is looked up alone then (:meth:`look_up_alone`). Any
+        other ticket's answer holds until its turn, since only the tickets
+        before it are admitted meanwhile.
+        """
         writer = self.writer
-        assert writer is not None and ticket.key is not None
-        ticket.checked = True
-        name = ticket.key
+        assert writer is not None
         flights = self.flights
+        asked: dict[str, _Ticket[T]] = {}
+        for ticket in tickets:
+            name = ticket.key
+            assert name is not None and ticket.state is _NEW
+            if name not in flights and name not in asked:
+                asked[name] = ticket
+        found = writer.statuses(list(asked))
+        for name, ticket in asked.items():
+            ticket.status = found.get(name)
+            ticket.state = _LOOKED_UP
+
+    async def look_up_alone(self, ticket: _Ticket[T]) -> None:
+        """Look ``ticket``'s key up once no copy of it is in flight (its outcome durable).
+
+        The copy's commit is made due at once (``hurry``); a copy that ended
+        without an outcome (cut short) lets this one go on at once.
+        """
+        name = ticket.key
+        assert name is not None and self.writer is not None
+        while ticket.state is _NEW:
+            while (first := self.flights.get(name)) is not None:
+                if first.waiters is None:
+                    first.waiters = trio.Event()
+                if first.batch is not None:
+                    self.writer.hurry(first.batch)
+                await first.waiters.wait()
+            self.look_up((ticket,))
+
+    def runs(self, ticket: _Ticket[T]) -> bool:
+        """Whether a looked-up ticket runs (its key in flight from now on); else it is skipped.
+
+        A skipped ticket is settled here, its recorded entry read first when
+        someone hears of it (``on_outcome``, a SampleSource).
+        """
+        assert ticket.state is _LOOKED_UP
         status = ticket.status
-        if name in flights:
-            # A copy of this key is running: wait for its end, then look it up.
-            flight = flights[name]
-            if flight is None:
-                flight = flights[name] = trio.Event()
-            await flight.wait()
-            # Its row may still wait for its commit: commit it now.
-            await writer.flush()
-            status = _UNKNOWN
-        elif self.landed_since is not None and name in self.landed_since:
-            # A copy ran since the look-up: what it found may be out of date.
-            status = _UNKNOWN
-        if status is _UNKNOWN:
-            status = writer.status(name)
-        if status is None or (status == "error" and self.settings.rerun_errors):
-            flights[name] = None
-            return False
-        tally = self.tally
-        tally.pulled += 1
-        tally.skipped += 1
-        if self.debug:
-            logger.debug("item %s skipped: the journal holds it", name)
-        on_outcome = self.settings.on_outcome
-        if on_outcome is not None or self.binds:
-            ticket.recorded = writer.entry(name)
-        entry = ticket.recorded
-        if on_outcome is not None and entry is not None:
-            await on_outcome(
-                ServedItem(ticket.item, name, entry.ok, entry.value, entry.error, entry.attempts,
-                           entry.duration_s, True)
-            )  # fmt: skip
-        return True
+        name = ticket.key
+        assert name is not None and name not in self.flights
+        if status is None or (status == "error" and self.rerun_errors):
+            self.flights[name] = ticket
+            return True
+        if self.hears_skips:
+            assert self.writer is not None
+            ticket.recorded = self.writer.entry(name)
+        self.settle(ticket, None, 0, 0.0, 0.0)
+        return False
+
+    async def acknowledge(self, ticket: _Ticket[T], *, inline: bool) -> None:
+        """Call ``on_outcome`` for a skipped ticket: here, or (not ``inline``) in a task of its own.
+
+        A task of its own takes one of ``ack_places`` until ``on_outcome``
+        returns, so the admission goes on while a window of them run.
+        """
+        on_outcome = self.on_outcome
+        assert on_outcome is not None
+        if ticket.recorded is None:
+            return  # trimmed meanwhile: nothing left to tell
+        served = self.served(ticket)
+        if inline:
+            await on_outcome(served)
+            return
+        await self.ack_places.acquire()
+        assert self.acks is not None
+        self.acks.start_soon(self._acknowledged, served)
+
+    async def _acknowledged(self, served: ServedItem[T]) -> None:
+        try:
+            assert self.on_outcome is not None
+            await self.on_outcome(served)
+        finally:
+            self.ack_places.release()
 
     async def serve_one(self, ticket: _Ticket[T]) -> outcome.Value[Any] | outcome.Error | None:
-        """Run one item and settle it; None when it was cut short (it runs again later).
+        """Run one item and settle it; None when it was skipped or cut short.
 
         Returns its outcome, the value or the exception of its last attempt
         (a :class:`~sluicegate.SampleSource` hears of it through
         :class:`_GaveUpOn`).
         """
-        if not ticket.checked and self.writer is not None and await self.skipped(ticket):
-            return None  # an item of a SampleSource, looked up as it starts (see _Admission)
-        settings = self.settings
-        self.tally.pulled += 1
+        if ticket.state is _NEW:
+            # An item of a source that binds the run, looked up as it starts
+            # (see _Admission): it holds its window place meanwhile.
+            await self.look_up_alone(ticket)
+            if not self.runs(ticket):
+                if self.on_outcome is not None:
+                    await self.acknowledge(ticket, inline=True)
+                return None
+        ticket.state = _RUNNING
+        counters = self.counters
+        counters.started()
         started = time.time()
-        start = self.now()
+        start = trio.current_time()
         try:
             tried = await attempt(
-                partial(settings.run, ticket.item), retry=settings.retry,
-                limit=settings.timeout, drain=self.drain, on_retry=self.retrying,
+                partial(self.run, ticket.item), retry=self.retry, limit=self.timeout,
+                drain=self.drain, on_retry=self.retrying,
             )  # fmt: skip
         except CutShort as cut:
             logger.info(
                 "%s cut short by a drain while waiting to retry (%d attempt(s)): %r",
                 self.label(ticket), cut.attempts, cut.last,
             )  # fmt: skip
-            self.tally.cut += 1
-            self.landed(ticket)
+            self.cut_short(ticket)
             return None
         except BaseException:
             # A grace or second signal cancelled it: not journaled, so a
             # restart runs it again.
-            self.tally.cut += 1
-            self.landed(ticket)
+            self.cut_short(ticket)
             raise
         result = tried.result
-        if type(result) is not outcome.Value and settings.raise_errors:
-            self.landed(ticket)
+        if self.raises and type(result) is not outcome.Value:
+            # Not journaled: a restart runs it again.
+            self.cut_short(ticket)
             raise result.error
-        try:
-            await self.settle(ticket, result, tried.attempts, self.now() - start, started)
-        finally:
-            self.landed(ticket)
+        duration = trio.current_time() - start
+        batch = self.settle(ticket, result, tried.attempts, duration, started)
+        if batch is not None:
+            writer = self.writer
+            assert writer is not None
+            # Acknowledged only once durable; and, with nobody waiting for the
+            # commit, rows must still not pile up.
+            if self.on_outcome is not None or writer.backlogged:
+                await writer.committed(batch)
+        if self.on_outcome is not None:
+            await self.on_outcome(self.served(ticket, result, tried.attempts, duration))
         return result
 
     async def serve_value(self, ticket: _Ticket[T]) -> Any:
@@ -634,82 +648,109 @@ class _Service(Generic[T]):
         result = await self.serve_one(ticket)
         return result.value if type(result) is outcome.Value else None
 
-    async def settle(
+    def settle(
         self,
         ticket: _Ticket[T],
-        result: outcome.Value[Any] | outcome.Error,
+        result: outcome.Value[Any] | outcome.Error | None,
         attempts: int,
         duration: float,
         started: float,
-    ) -> None:
-        """The one place an item that ran is journaled, counted and told of.
+    ) -> Batch | None:
+        """The one settle step of every outcome: ``result``, or None for a skipped item.
 
-        Its :class:`ServedItem` is made only for ``on_outcome``: nothing
-        else reads it, and it is the costliest object of an item's path.
+        Counts it, logs it and, for an item that ran, queues its row in the
+        journal. Returns the batch the row joined (``on_outcome`` waits for
+        its commit), or None when the outcome is durable already (skipped,
+        or no journal), in which case :meth:`durable` has heard of it.
         """
-        tally = self.tally
-        if tally.histogram is not None:
-            tally.observe(duration)
-        value: Any = None
-        error: BaseException | None = None
-        if isinstance(result, outcome.Value):
-            ok = True
-            value = result.value
-        else:
-            ok = False
-            error = result.error
-            logger.warning("%s failed after %d attempt(s): %r", self.label(ticket), attempts, error)
-            report_failure(self.settings.trace, ticket.index, error)
         writer = self.writer
-        if writer is None:
-            if ok:
-                tally.ok += 1
-            else:
-                tally.failed += 1
+        counters = self.counters
+        if result is None:
+            assert ticket.state is _LOOKED_UP
+            ticket.state = _SETTLED
+            if self.debug:
+                logger.debug("%s skipped: the journal holds it", self.label(ticket))
+            counters.skipping()
+            self.durable((ticket,), 0, 0)
+            return None
+        assert ticket.state is _RUNNING
+        ticket.state = _SETTLED
+        if isinstance(result, outcome.Value):
+            ok, value, error = True, result.value, None
         else:
-            # Counted once committed (see committed()), not before.
-            name = ticket.key
-            assert name is not None
-            if ok:
-                batch = writer.add_ok(ok_row(name, attempts, value, started, time.time()))
-            else:
-                assert error is not None
-                batch = writer.add_error(error_row(name, attempts, error, started, time.time()))
-            tally.pending += 1
-            if self.on_outcome is not None or writer.backlogged:
-                await writer.committed(batch)
+            ok, value, error = False, None, result.error
+            logger.warning("%s failed after %d attempt(s): %r", self.label(ticket), attempts, error)
+            report_failure(self.trace, CURRENT_INDEX.get(), error)
         if self.debug:
             logger.debug(
                 "%s %s after %d attempt(s) in %.3f s", self.label(ticket),
                 "ok" if ok else "failed", attempts, duration,
             )  # fmt: skip
-        if self.on_outcome is not None:
-            await self.on_outcome(
-                ServedItem(ticket.item, ticket.key, ok, value, error, attempts, duration)
-            )
+        if writer is None:
+            counters.finished(duration, ok, False)
+            self.durable((ticket,), 0, 0)
+            return None
+        name = ticket.key
+        assert name is not None
+        if error is None:
+            batch = writer.add_ok(ok_row(name, attempts, value, started, time.time()), ticket)
+        else:
+            batch = writer.add_error(error_row(name, attempts, error, started, time.time()), ticket)
+        ticket.batch = batch
+        counters.finished(duration, ok, True)
+        if ticket.waiters is not None:
+            writer.hurry(batch)  # a copy of its key waits for it
+        return batch
 
-    def landed(self, ticket: _Ticket[T]) -> None:
-        """``ticket``'s run is over: a copy of its key waiting to be looked up may go on."""
-        if self.writer is not None and ticket.key is not None:
-            if self.landed_since is not None:
-                self.landed_since.add(ticket.key)
-            flight = self.flights.pop(ticket.key, None)
-            if flight is not None:
-                flight.set()
+    def durable(self, tickets: Sequence[_Ticket[T]], ok: int, failed: int) -> None:
+        """These outcomes are durable: the one place that knows it, a commit's worth at a time.
 
-    def look_up(self, tickets: Sequence[_Ticket[T]]) -> None:
-        """Find the status of ``tickets``' keys in one query, as they are taken from the source."""
-        writer = self.writer
-        assert writer is not None
-        found = writer.statuses([ticket.key for ticket in tickets])  # type: ignore[misc]
-        for ticket in tickets:
-            ticket.status = found.get(ticket.key)  # type: ignore[arg-type]
-        # Keys that run from now on may be journaled after this look-up.
-        self.landed_since = set()
+        The journal calls it after each commit (its ``on_durable``), with the
+        ``ok`` successes and ``failed`` failures it made durable, which count
+        as such from now on; the settle step calls it for an outcome durable
+        at once (skipped, or no journal; counted there). A copy of their keys
+        may go on.
+        """
+        if ok or failed:
+            self.counters.committed(ok, failed)
+        flights = self.flights
+        if flights:
+            for ticket in tickets:
+                name = ticket.key
+                if flights.get(name) is ticket:  # type: ignore[arg-type]
+                    del flights[name]  # type: ignore[arg-type]
+                if ticket.waiters is not None:
+                    ticket.waiters.set()
 
-    def retrying(self) -> None:
-        """Count an extra attempt as it starts: a drain or grace may cut it short later."""
-        self.tally.retried += 1
+    def cut_short(self, ticket: _Ticket[T]) -> None:
+        """``ticket`` ended without an outcome: not journaled, so a restart runs it again."""
+        assert ticket.state is _RUNNING
+        ticket.state = _CUT
+        self.counters.cut_short()
+        name = ticket.key
+        if name is not None and self.flights.get(name) is ticket:
+            del self.flights[name]
+        if ticket.waiters is not None:
+            ticket.waiters.set()
+
+    def served(
+        self,
+        ticket: _Ticket[T],
+        result: outcome.Value[Any] | outcome.Error | None = None,
+        attempts: int = 0,
+        duration: float = 0.0,
+    ) -> ServedItem[T]:
+        """What ``on_outcome`` hears of ``ticket``; made only for it, the costliest object here."""
+        if result is None:
+            entry = ticket.recorded
+            assert entry is not None
+            return ServedItem(
+                ticket.item, ticket.key, entry.ok, entry.value, entry.error, entry.attempts,
+                entry.duration_s, True,
+            )  # fmt: skip
+        if isinstance(result, outcome.Value):
+            return ServedItem(ticket.item, ticket.key, True, result.value, None, attempts, duration)
+        return ServedItem(ticket.item, ticket.key, False, None, result.error, attempts, duration)
 
     def label(self, ticket: _Ticket[T]) -> str:
         """How log lines name an item: by its key when there is one."""
@@ -718,20 +759,13 @@ class _Service(Generic[T]):
         text = repr(ticket.item)
         return f"item {text if len(text) <= 60 else text[:57] + '...'}"
 
-    def committed(self, ok: int, failed: int) -> None:
-        """The journal made ``ok`` successes and ``failed`` failures durable."""
-        tally = self.tally
-        tally.pending -= ok + failed
-        tally.ok += ok
-        tally.failed += failed
-
     # -- the whole service ---------------------------------------------------------------
 
     async def serve(self) -> ServeReport:
         settings = self.settings
-        tally = self.tally
+        counters = self.counters
         drain = self.drain
-        registry.add(tally)
+        registry.add(counters)
         start = trio.current_time()
         interrupt = trio.CancelScope()
         try:
@@ -750,18 +784,18 @@ class _Service(Generic[T]):
                 elapsed = trio.current_time() - start
                 logger.info(
                     "serve: stopped (%s) after %.1f s: %d ok, %d failed, %d skipped, %d retried,"
-                    " %d cut short", reason, elapsed, tally.ok, tally.failed, tally.skipped,
-                    tally.retried, tally.cut,
+                    " %d cut short", reason, elapsed, counters.ok, counters.failed,
+                    counters.skipped, counters.retried, counters.cut,
                 )  # fmt: skip
             return ServeReport(
-                tally.ok, tally.failed, tally.skipped, tally.retried, reason, elapsed
+                counters.ok, counters.failed, counters.skipped, counters.retried, reason, elapsed
             )
         finally:
-            registry.retire(tally)
+            registry.retire(counters)
 
     async def open_and_run(self, start: float) -> None:
         settings = self.settings
-        journal = settings.journal
+        journal = settings.journaling.journal
         if journal is not None:
             # In a worker thread: creating a journal waits for the write
             # lock should another service hold it. Rows wait for their
@@ -769,13 +803,13 @@ class _Service(Generic[T]):
             # otherwise up to a backlog of them may, which keeps memory
             # bounded by the window and a constant.
             self.writer = await trio.to_thread.run_sync(
-                partial(journal.open, on_commit=self.committed,
+                partial(journal.open, on_durable=self.durable,
                         backlog=_backlog(settings.window))
             )  # fmt: skip
         try:
             logger.info(
                 "serve: starting (window %s%s%s%s%s)", settings.window,
-                "" if journal is None else f", journal {display(journal.path)}",
+                "" if self.writer is None else f", journal {self.writer.label}",
                 "" if settings.retry is None else f", {_describe(settings.retry)}",
                 "" if settings.rate is None else f", rate {settings.rate!r}",
                 "" if settings.timeout is None else f", timeout {settings.timeout:g} s",
@@ -783,30 +817,21 @@ class _Service(Generic[T]):
             await self.run_until_stopped(start)
         finally:
             if self.writer is not None:
-                logger.debug("serve: closing the journal %s", display(self.writer.path))
+                logger.debug("serve: closing the journal %s", self.writer.label)
                 await self.writer.aclose()
 
     async def run_until_stopped(self, start: float) -> None:
-        settings = self.settings
         failure: BaseException | None = None
         try:
-            async with trio.open_nursery() as nursery:
+            async with trio.open_nursery() as helpers:
                 if self.writer is not None:
-                    nursery.start_soon(self.writer.run)
+                    helpers.start_soon(self.writer.run)
                 if self.ticking:
-                    nursery.start_soon(self.tick, start)
-                graced = trio.CancelScope()
-                if settings.grace is not None:
-                    nursery.start_soon(self.cut_after_grace, graced)
-                with graced:
-                    await run_each(
-                        _Admission(self, self.source), self.serve_one, window=settings.window,
-                        drain=self.drain, rate=settings.rate,
-                        trace=None if settings.trace is None else _Numbering(settings.trace),
-                    )  # fmt: skip
+                    helpers.start_soon(self.tick, start)
+                await self.run_items(helpers)
                 if self.writer is not None:
                     await self.writer.flush()
-                nursery.cancel_scope.cancel()
+                helpers.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             # The helper tasks only end by cancellation: the group holds the
             # stream's own exception (or the interrupt's Cancelled), to be
@@ -815,24 +840,49 @@ class _Service(Generic[T]):
         if failure is not None:
             raise failure
 
+    async def run_items(self, helpers: trio.Nursery) -> None:
+        """The items, through the dispatcher, and the acknowledgements of skipped ones.
+
+        A grace cancels both; a drain lets both finish.
+        """
+        settings = self.settings
+        trace = settings.observers.trace
+        failure: BaseException | None = None
+        try:
+            async with trio.open_nursery() as items:
+                self.acks = items
+                if settings.grace is not None:
+                    helpers.start_soon(self.cut_after_grace, items.cancel_scope)
+                await run_each(
+                    _Admission(self, self.source), self.serve_one, window=settings.window,
+                    drain=self.drain, rate=settings.rate,
+                    trace=None if trace is None else _Numbering(trace),
+                )  # fmt: skip
+        except BaseExceptionGroup as group:
+            failure = sole_exception(group)
+        if failure is not None:
+            raise failure
+
     async def cut_after_grace(self, graced: trio.CancelScope) -> None:
         await self.drain.wait()
-        assert self.settings.grace is not None
-        await trio.sleep(self.settings.grace)
+        grace = self.settings.grace
+        assert grace is not None
+        await trio.sleep(grace)
         logger.warning(
             "serve: grace of %g s is over: cancelling %d item(s) still running"
             " (%d finished one(s) waiting for their journal commit are kept)",
-            self.settings.grace,
-            self.tally.running,
-            self.tally.pending,
+            grace,
+            self.counters.running,
+            self.counters.pending,
         )
         graced.cancel()
 
     async def tick(self, start: float) -> None:
-        snapshots = Snapshots(self.tally, start)
-        on_stats = self.settings.on_stats
+        observers = self.settings.observers
+        snapshots = Snapshots(self.counters, start)
+        on_stats = observers.on_stats
         while True:
-            await trio.sleep(self.settings.stats_interval)
+            await trio.sleep(observers.stats_interval)
             stats = snapshots.take(trio.current_time())
             logger.info(
                 "serve: %d in flight, %d ok, %d failed, %d skipped, %d retried; %.1f items/s,"
@@ -895,11 +945,17 @@ class _GaveUpOn(SampleSource[Any, Any]):
 
 
 _BACKLOG = 1024  # uncommitted rows before a service without on_outcome waits
+_ACK_PLACES = 64  # skipped items acknowledged at once under a window object
 
 
 def _backlog(window: object) -> int:
     # A Window may grow while the service runs: its size now is no bound.
     return max(_BACKLOG, window) if isinstance(window, int) else _BACKLOG
+
+
+def _ack_places(window: object) -> int:
+    # As many acknowledgements of skipped items at once as items in flight.
+    return window if isinstance(window, int) else _ACK_PLACES
 
 
 def _describe(retry: Retry) -> str:

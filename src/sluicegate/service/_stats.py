@@ -39,15 +39,17 @@ BOUNDS: tuple[float, ...] = (
 
 
 class ServiceCounters:
-    """The counters of one service; mutated on the trio thread, read from any.
+    """The counters of one service: written on the trio thread through its verbs, read from any.
 
-    Every item is counted once in :attr:`pulled` when its wrapper starts,
-    then once more when it ends, in exactly one of ``ok``, ``failed``,
-    ``skipped`` or ``cut``; until then it is in flight (``pending`` of
-    those, once it finished and waits for its journal commit). The
-    in-flight figures are differences, not counters of their own, so an
-    item is never in two buckets, and every counter only grows, read from
-    any thread.
+    An item is counted in :attr:`pulled` once, as it is admitted (to run, or
+    skipped), and ends in exactly one of ``ok``, ``failed``, ``skipped`` or
+    ``cut``; until then it is in flight, and ``pending`` of those once it
+    finished and waits for its journal commit. ``pending`` goes up as a row
+    is queued and down as it is committed; every other counter only grows.
+    The in-flight figures are differences, not counters of their own, so an
+    item is never in two buckets. A reader on another thread reads what
+    ended before what was pulled (the registry's ``_COUNTERS`` order), so it
+    never sees an item both in flight and ended.
     """
 
     __slots__ = (
@@ -64,16 +66,22 @@ class ServiceCounters:
     )
 
     def __init__(self, *, histogram: bool, window: object = None) -> None:
+        # Invariant: every field below is written only by this class's verbs,
+        # each called by the service's steps (or the registry's sums).
         self.pulled = 0
-        self.pending = 0  # finished, waiting for their journal commit
+        # Invariant: 0 <= pending <= pulled - ended; finished items whose row
+        # waits for its commit (up in finished(), down in committed()).
+        self.pending = 0
         self.ok = 0
         self.failed = 0
         self.skipped = 0
         self.retried = 0
         self.cut = 0
         self.seconds = 0.0  # summed durations, for a Prometheus histogram's _sum
+        # Invariant: None unless someone reads latencies; then one count per bucket of BOUNDS.
         self.histogram: list[int] | None = [0] * (len(BOUNDS) + 1) if histogram else None
-        # The service's window object, whose size a scrape reads; None for an int window.
+        # The service's window object, whose size a scrape reads; None for an int
+        # window. Invariant: set once, here.
         self.window = window if isinstance(window, WindowLike) else None
 
     @property
@@ -91,12 +99,68 @@ class ServiceCounters:
         """Items in flight that are not waiting for their journal commit."""
         return self.in_flight - self.pending
 
-    def observe(self, seconds: float) -> None:
-        """Count one item's duration (when a histogram is kept)."""
+    # -- the verbs: the only writers of the fields above -----------------------------
+
+    def started(self) -> None:
+        """An item was admitted to run."""
+        self.pulled += 1
+
+    def retrying(self) -> None:
+        """An extra attempt starts (counted now: a drain or grace may cut it short later)."""
+        self.retried += 1
+
+    def finished(self, seconds: float, ok: bool, queued: bool) -> None:
+        """An item ran for ``seconds``: ``ok`` or failed, or, when ``queued``, its row waits.
+
+        A queued item counts as ok or failed once its row is committed
+        (:meth:`committed`).
+        """
         histogram = self.histogram
         if histogram is not None:
             histogram[bisect.bisect_left(BOUNDS, seconds)] += 1
             self.seconds += seconds
+        if queued:
+            self.pending += 1
+        elif ok:
+            self.ok += 1
+        else:
+            self.failed += 1
+
+    def committed(self, ok: int, failed: int) -> None:
+        """The rows of ``ok`` successes and ``failed`` failures are committed."""
+        self.pending -= ok + failed
+        assert self.pending >= 0
+        self.ok += ok
+        self.failed += failed
+
+    def skipping(self) -> None:
+        """An item the journal holds was admitted and settled at once, without running."""
+        self.pulled += 1
+        self.skipped += 1
+
+    def cut_short(self) -> None:
+        """An admitted item ended without an outcome: it runs again after a restart."""
+        self.cut += 1
+
+    def add(self, other: ServiceCounters, *, cut_in_flight: bool = False) -> None:
+        """Add ``other``'s counts to these (the registry's sums).
+
+        With ``cut_in_flight``, ``other``'s items still in flight count as cut
+        short, and its ``pending`` is not added: they were never recorded.
+        """
+        # Read in this order while the trio thread counts on: what ended before
+        # what was pulled, so that a sum never counts an item in flight and
+        # ended at once (pulled read last is never below what ended).
+        for name in _COUNTERS:
+            if name == "pending" and cut_in_flight:
+                continue
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        if cut_in_flight:
+            self.cut += other.in_flight
+        if other.histogram is not None and self.histogram is not None:
+            # list() copies at once under the GIL while the trio thread counts on.
+            for index, count in enumerate(list(other.histogram)):
+                self.histogram[index] += count
 
 
 def percentile(counts: Sequence[int], q: float) -> float | None:
@@ -175,6 +239,8 @@ class Snapshots:
         self._tally = tally
         self._window = tally.window
         self._start = start
+        # Invariant: the time, finished count and histogram of the last
+        # snapshot (the start, before the first); written only by take().
         self._last_time = start
         self._last_done = 0
         self._last_histogram = list(tally.histogram or ())
@@ -207,9 +273,7 @@ class Snapshots:
         return stats
 
 
-# Read in this order from another thread while the trio thread counts on:
-# what ended before what was pulled, so that a total never counts an item in
-# flight and ended at once (pulled read last is never below what ended).
+# The order ServiceCounters.add() reads another service's counters in (see there).
 _COUNTERS = ("ok", "failed", "skipped", "cut", "retried", "seconds", "pending", "pulled")
 
 
@@ -218,11 +282,17 @@ class _Registry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # Invariant: the counters of every serve() running now, by id; written
+        # under _lock by add() and retire() only.
         self._live: dict[int, ServiceCounters] = {}
+        # Invariant: the sums of every retired service; grows under _lock, in retire().
         self._retired = ServiceCounters(histogram=True)
-        self.watchers = 0  # collectors that want latencies
+        # Collectors that want latencies. Invariant: only grows, by
+        # prometheus_collector() (services started afterwards keep a histogram).
+        self.watchers = 0
 
     def add(self, tally: ServiceCounters) -> None:
+        """A service starts: its counters are read from now on."""
         with self._lock:
             self._live[id(tally)] = tally
 
@@ -236,13 +306,12 @@ class _Registry:
         with self._lock:
             if self._live.pop(id(tally), None) is None:
                 return
-            done = self._retired
-            for name in ("ok", "failed", "skipped", "retried", "seconds", "pulled"):
-                setattr(done, name, getattr(done, name) + getattr(tally, name))
-            done.cut += tally.cut + tally.in_flight
-            if tally.histogram is not None and done.histogram is not None:
-                for index, count in enumerate(tally.histogram):
-                    done.histogram[index] += count
+            self._retired.add(tally, cut_in_flight=True)
+
+    def watch(self) -> None:
+        """A collector wants latencies: services started from now on keep a histogram."""
+        with self._lock:
+            self.watchers += 1
 
     def window_size(self) -> int | None:
         """The sizes of the running services' window objects, summed; None when none has one."""
@@ -253,18 +322,12 @@ class _Registry:
     def totals(self) -> tuple[ServiceCounters, int]:
         """Counters summed over every service this process ran, and how many run now."""
         total = ServiceCounters(histogram=True)
-        assert total.histogram is not None
         # Under the lock: a service retiring midway would be counted twice.
         with self._lock:
             tallies: Iterable[ServiceCounters] = [self._retired, *self._live.values()]
             live = len(self._live)
             for tally in tallies:
-                for name in _COUNTERS:
-                    setattr(total, name, getattr(total, name) + getattr(tally, name))
-                if tally.histogram is not None:
-                    # list() copies at once under the GIL while the trio thread counts on.
-                    for index, count in enumerate(list(tally.histogram)):
-                        total.histogram[index] += count
+                total.add(tally)
         return total, live
 
 

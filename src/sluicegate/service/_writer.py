@@ -14,7 +14,7 @@ connection holds the write lock, in which case that one commit waits for it
 in a worker thread. With ``synchronous="full"`` every commit fsyncs, so
 every commit runs in a worker thread.
 
-Checkpoints: once a commit leaves the WAL past ``_WAL_BYTES``, the writer
+Checkpoints: once a commit leaves the WAL past ``WAL_BYTES``, the writer
 task copies it into the database in a worker thread (the fsync of
 ``synchronous="normal"``) before it commits again; with no commit of its own
 in between, the copy completes, and the next commit starts the WAL again
@@ -22,6 +22,13 @@ from its beginning (cut back to ``journal_size_limit``). Since no connection
 holds a read transaction for long, this works with several services on one
 journal too. docs/service.md compares this with the dedicated checkpointer
 it replaced.
+
+Durability is known in one place: after each commit, on the trio thread, the
+writer hands :data:`Durable` what the rows' adders attached to them (a
+service's tickets), in batches. That is the only moment an outcome becomes
+durable, so whatever must wait for it (``on_outcome``, a copy of a key fed
+again, an upstream acknowledgement) hangs off it. :class:`OpenJournal` is
+the interface a service uses, whatever the store behind it.
 """
 
 from __future__ import annotations
@@ -29,8 +36,9 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 import trio
 
@@ -38,7 +46,6 @@ from .. import _sqlite
 from .._sqlite import display
 from ._rows import (
     LOOKUP,
-    STATUS,
     ErrorRow,
     JournalEntry,
     JournalError,
@@ -49,17 +56,31 @@ from ._rows import (
     stored_key,
 )
 
-__all__ = ["Batch", "Committed", "JournalWriter", "connect_writer"]
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "POLL_S",
+    "WAL_BYTES",
+    "Batch",
+    "Durable",
+    "JournalWriter",
+    "OpenJournal",
+    "connect_writer",
+]
 
 # A commit waits this long for another writer's lock before failing the service.
 BUSY_TIMEOUT_S = 30.0
 # How often a commit waiting for the lock looks whether it was cancelled.
-_POLL_S = 0.05
+POLL_S = 0.05
 _GROUP_ROWS = 256  # rows that make a commit due when nobody waits for one
 _GROUP_S = 0.02  # how long rows nobody waits for may stay uncommitted
-_WAL_BYTES = 4 << 20  # WAL size that makes a checkpoint due; what a restarted WAL is cut to
+WAL_BYTES = 4 << 20  # WAL size that makes a checkpoint due; what a restarted WAL is cut to
 
-Committed = Callable[[int, int], None]
+Durable = Callable[[Sequence[Any], int, int], None]
+"""Told on the trio thread, after each commit, what is durable now.
+
+Its arguments: what the rows' adders attached to them, in the order they
+were added, and how many of the rows were successes and failures.
+"""
 
 
 def connect_writer(path: Path, synchronous: str) -> sqlite3.Connection:
@@ -73,7 +94,7 @@ def connect_writer(path: Path, synchronous: str) -> sqlite3.Connection:
         db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
         # Checkpoints are the writer task's, in a worker thread (see above).
         db.execute("PRAGMA wal_autocheckpoint = 0")
-        db.execute(f"PRAGMA journal_size_limit = {_WAL_BYTES}")
+        db.execute(f"PRAGMA journal_size_limit = {WAL_BYTES}")
     except BaseException:
         db.close()
         raise
@@ -81,17 +102,65 @@ def connect_writer(path: Path, synchronous: str) -> sqlite3.Connection:
 
 
 class Batch:
-    """Rows waiting for one commit; ``done`` is set once it is committed."""
+    """Rows waiting for one commit; ``done`` is set once it is committed.
 
-    __slots__ = ("done", "errors", "oks")
+    Written only by its :class:`JournalWriter`: rows join the pending batch
+    through ``add_ok``/``add_error``, each with what its adder attached.
+    """
+
+    __slots__ = ("attached", "done", "errors", "oks")
 
     def __init__(self) -> None:
+        # Invariant: every row of the batch has one entry in attached, in the
+        # order the rows were added; nothing changes once the commit started.
         self.oks: list[OkRow] = []
         self.errors: list[ErrorRow] = []
+        self.attached: list[Any] = []
+        # Invariant: set once, when the batch is committed; never if it is not.
         self.done: trio.Event = trio.Event()
 
     def __len__(self) -> int:
-        return len(self.oks) + len(self.errors)
+        return len(self.attached)
+
+
+class OpenJournal(Protocol):
+    """A journal as a running service holds it: what :func:`~sluicegate.serve` uses.
+
+    Lookups are synchronous and quick (the trio thread asks them per item);
+    rows are queued and committed in groups by :meth:`run`, a task of the
+    service; each commit calls the ``Durable`` callback the journal was opened
+    with. A store other than SQLite joins ``serve()`` by giving these.
+    """
+
+    @property
+    def label(self) -> str:
+        """How messages name the journal (its path)."""
+
+    def statuses(self, keys: list[str]) -> dict[str, str]:
+        """The status of each of ``keys`` that is committed, in one read."""
+        stored = list(map(stored_key, keys))
+        rows = self._lookups.execute(statuses_query(len(stored)), stored).fetchall()
+        # Most keys a service looks up are new: nothing found, nothing to convert.
+        return {loaded_key(name): status for name, status in rows} if rows else {}
+
+    def entry(self, key: str) -> JournalEntry | None: ...
+
+    def add_ok(self, row: OkRow, attached: object) -> Batch: ...
+
+    def add_error(self, row: ErrorRow, attached: object) -> Batch: ...
+
+    @property
+    def backlogged(self) -> bool: ...
+
+    def hurry(self, batch: Batch) -> None: ...
+
+    async def committed(self, batch: Batch) -> None: ...
+
+    async def run(self) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class JournalWriter:
@@ -106,8 +175,8 @@ class JournalWriter:
         reader: The connection of the trio thread's lookups.
         writer: The connection worker threads commit with.
         backlog: How many uncommitted rows make :attr:`backlogged` true.
-        on_commit: Called on the trio thread after each commit with the
-            number of successes and failures it made durable.
+        on_durable: Called on the trio thread after each commit (see
+            :data:`Durable`).
     """
 
     def __init__(
@@ -118,34 +187,43 @@ class JournalWriter:
         *,
         backlog: int,
         synchronous: str = "normal",
-        on_commit: Committed | None = None,
+        on_durable: Durable | None = None,
     ) -> None:
         self.path = path
+        self.label = display(path)
         self._wal = f"{os.fsdecode(path)}-wal"
         self._commit_here = synchronous == "normal"
         self._reader = reader
         self._lookups = reader.cursor()  # one cursor for every lookup: none to make each time
         self._writer = writer
         self._backlog = backlog
-        self._on_commit = on_commit
+        self._on_durable = on_durable
+        # Invariant: the batch rows join now; replaced by _commit_pending()
+        # alone, as it takes the batch to commit it (and given back there if
+        # that commit is cancelled).
         self._pending = Batch()
-        self._queued = 0  # rows in the pending batch
+        # Invariant: == len(self._pending); written with _pending only.
+        self._queued = 0
+        # Invariant: someone waits for the pending batch, so its commit is
+        # due at once; set by hurry(), cleared when the batch is taken.
         self._awaited = False
+        # Invariant: batches whose commit a cancellation interrupted, oldest
+        # first; committed before the pending one (the last try at close).
+        self._stranded: list[Batch] = []
+        # Invariant: set when the writer task has a reason to look again (a
+        # first row, a full group, a hurry); replaced by run() alone.
         self._wake = trio.Event()
+        # Invariant: a commit or checkpoint failed; latched, so the last try
+        # at close commits nothing more.
         self._broken = False
-        # One commit at a time on the writer connection: the writer task's,
-        # or the service's last one.
+        # One commit (or checkpoint) at a time on the writer connection: the
+        # writer task's, a flush's, or the service's last one.
         self._committing = trio.Lock()
         # Lookups hold no read transaction between them: one held would keep
         # the WAL from starting again for every service on the journal
         # (measured: 46 MB of WAL with two services, instead of 4 MB).
 
     # -- lookups -------------------------------------------------------------------------
-
-    def status(self, key: str) -> str | None:
-        """``"ok"`` or ``"error"`` when ``key`` is committed, else None."""
-        row = self._lookups.execute(STATUS, (stored_key(key),)).fetchone()
-        return None if row is None else row[0]
 
     def statuses(self, keys: list[str]) -> dict[str, str]:
         """The status of each of ``keys`` that is committed, in one read."""
@@ -160,16 +238,22 @@ class JournalWriter:
 
     # -- rows ----------------------------------------------------------------------------
 
-    def add_ok(self, row: OkRow) -> Batch:
-        """Queue a success for the next commit; returns the batch it joined."""
+    def add_ok(self, row: OkRow, attached: object) -> Batch:
+        """Queue a success for the next commit; returns the batch it joined.
+
+        ``attached`` is handed to the ``on_durable`` callback once the row is
+        committed.
+        """
         batch = self._pending
         batch.oks.append(row)
+        batch.attached.append(attached)
         return self._added(batch)
 
-    def add_error(self, row: ErrorRow) -> Batch:
-        """Queue a failure for the next commit; returns the batch it joined."""
+    def add_error(self, row: ErrorRow, attached: object) -> Batch:
+        """Queue a failure for the next commit; returns the batch it joined (see add_ok)."""
         batch = self._pending
         batch.errors.append(row)
+        batch.attached.append(attached)
         return self._added(batch)
 
     def _added(self, batch: Batch) -> Batch:
@@ -183,15 +267,19 @@ class JournalWriter:
         """Whether so many rows wait for a commit that whoever adds more should wait too."""
         return self._queued >= self._backlog
 
+    def hurry(self, batch: Batch) -> None:
+        """Make ``batch``'s commit due at once: someone waits for it."""
+        if batch is self._pending and not self._awaited:
+            self._awaited = True
+            self._wake.set()
+
     async def committed(self, batch: Batch) -> None:
         """Return once ``batch`` is committed; waiting makes its commit due at once.
 
         A failed commit ends the writer task with a :class:`JournalError`,
         which fails the service and cancels this wait.
         """
-        if batch is self._pending and not self._awaited:
-            self._awaited = True
-            self._wake.set()
+        self.hurry(batch)
         await batch.done.wait()
 
     # -- the writer task -----------------------------------------------------------------
@@ -214,10 +302,10 @@ class JournalWriter:
                         await self._wake.wait()
                 self._wake = trio.Event()
                 await self._flush()
-                if _file_size(self._wal) > _WAL_BYTES:
+                if _file_size(self._wal) > WAL_BYTES:
                     await self._checkpoint_between_commits()
         finally:
-            if self._queued and not self._broken:
+            if (self._queued or self._stranded) and not self._broken:
                 # Rows of items that finished: committed if the lock can be
                 # had within a second, else they run again after a restart.
                 with trio.move_on_after(_LAST_COMMIT_S) as last:
@@ -225,53 +313,52 @@ class JournalWriter:
                     await self._flush()
 
     async def flush(self) -> None:
-        """Commit what is pending now: for a key fed again, and as a service ends normally."""
-        if self._queued:
+        """Commit what is pending now, as a service ends normally."""
+        if self._queued or self._stranded:
             await self._flush()
 
     async def _flush(self) -> None:
         async with self._committing:
-            if self._queued:
+            if self._queued or self._stranded:
                 await self._commit_pending()
 
     async def _commit_pending(self) -> None:
-        batch, self._pending = self._pending, Batch()
+        batches = [*self._stranded, self._pending]
+        self._stranded = []
+        self._pending = Batch()
         self._queued = 0
         self._awaited = False
         try:
-            if not (self._commit_here and self._commit_now(batch)):
-                await trio.to_thread.run_sync(self._commit, batch)
+            if not (self._commit_here and self._commit_now(batches)):
+                await trio.to_thread.run_sync(self._commit, batches)
         except trio.Cancelled:
-            # Not committed: the last try may still commit it.
-            batch.oks += self._pending.oks
-            batch.errors += self._pending.errors
-            self._pending = batch
-            self._queued = len(batch)
+            # Not committed: the last try may still commit them.
+            self._stranded = batches
             raise
         except Exception as exc:
             self._broken = True
-            raise JournalError(
-                f"{display(self.path)}: could not record {len(batch)} item(s): {exc}"
-            ) from exc
-        if self._on_commit is not None:
-            self._on_commit(len(batch.oks), len(batch.errors))
-        batch.done.set()
+            rows = sum(map(len, batches))
+            raise JournalError(f"{self.label}: could not record {rows} item(s): {exc}") from exc
+        for batch in batches:
+            if self._on_durable is not None:
+                self._on_durable(batch.attached, len(batch.oks), len(batch.errors))
+            batch.done.set()
 
-    def _commit_now(self, batch: Batch) -> bool:
-        """Commit ``batch`` on the trio thread; False if another connection holds the lock."""
+    def _commit_now(self, batches: list[Batch]) -> bool:
+        """Commit ``batches`` on the trio thread; False if another connection holds the lock."""
         try:
             self._writer.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             if _sqlite.is_busy(exc):
                 return False
             raise
-        self._write(batch)
+        self._write(batches)
         return True
 
-    def _commit(self, batch: Batch) -> None:
-        """Commit ``batch`` in a worker thread, waiting for the lock if need be.
+    def _commit(self, batches: list[Batch]) -> None:
+        """Commit ``batches`` in a worker thread, waiting for the lock if need be.
 
-        The lock is asked for every ``_POLL_S``, so that a cancelled service
+        The lock is asked for every ``POLL_S``, so that a cancelled service
         stops waiting that soon (``check_cancelled``).
         """
         db = self._writer
@@ -284,14 +371,15 @@ class JournalWriter:
                 if not _sqlite.is_busy(exc) or time.monotonic() > give_up:
                     raise
             trio.from_thread.check_cancelled()
-            time.sleep(_POLL_S)
-        self._write(batch)
+            time.sleep(POLL_S)
+        self._write(batches)
 
-    def _write(self, batch: Batch) -> None:
-        """Write ``batch`` in the open write transaction and commit it."""
+    def _write(self, batches: list[Batch]) -> None:
+        """Write ``batches`` in the open write transaction and commit them."""
         db = self._writer
         try:
-            insert(db, batch.oks, batch.errors)
+            for batch in batches:
+                insert(db, batch.oks, batch.errors)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -306,7 +394,14 @@ class JournalWriter:
         starts the WAL again.
         """
         async with self._committing:
-            await trio.to_thread.run_sync(self._checkpoint)
+            try:
+                await trio.to_thread.run_sync(self._checkpoint)
+            except sqlite3.Error as exc:
+                # A full disk shows here first: the copy grows the database.
+                self._broken = True
+                raise JournalError(
+                    f"{self.label}: could not copy the WAL into the database: {exc}"
+                ) from exc
 
     def _checkpoint(self) -> None:
         """Copy the whole WAL into the database, so that the next commit starts it again.
@@ -324,14 +419,21 @@ class JournalWriter:
             db.execute("PRAGMA busy_timeout = 0")
 
     async def aclose(self) -> None:
-        """Close both connections, in a worker thread (the last close checkpoints)."""
+        """Close both connections, in a worker thread (the last close checkpoints).
+
+        Raises:
+            JournalError: SQLite could not close the journal (a full disk).
+        """
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(self.close)
 
     def close(self) -> None:
-        self._lookups.close()
-        self._reader.close()
-        self._writer.close()
+        try:
+            self._lookups.close()
+            self._reader.close()
+            self._writer.close()
+        except sqlite3.Error as exc:
+            raise JournalError(f"{self.label}: could not close it: {exc}") from exc
 
 
 _LAST_COMMIT_S = 1.0
