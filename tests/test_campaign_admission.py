@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -231,14 +232,19 @@ def _panel(candidates: list[Candidate], target: int, **limits: int) -> Panel:
     return Panel(plan, (), rows)
 
 
-def _admission(panel: Panel, budget: Budget, drain: Drain | None = None) -> Admission:
+def _admission(
+    panel: Panel,
+    budget: Budget,
+    drain: Drain | None = None,
+    reserve: Callable[[Candidate], Awaitable[int | None]] | None = None,
+) -> Admission:
     async def record(row: Row) -> None:
         panel.set(row)
 
     return Admission(
         panel,
         drain or Drain(),
-        reserve=budget.reserve,
+        reserve=reserve or budget.reserve,
         release=budget.release,
         record=record,
     )
@@ -334,8 +340,7 @@ async def test_a_drain_during_the_reservation_gives_it_back() -> None:
         drain.request("test")
         return rid
 
-    admission = _admission(panel, budget, drain)
-    admission._reserve = reserve_then_drain
+    admission = _admission(panel, budget, drain, reserve=reserve_then_drain)
     assert [c async for c in admission.candidates()] == []
     assert budget.released == [1] and panel["a"].status == "pending"
     assert admission.end_reason is None  # the campaign says "drained"

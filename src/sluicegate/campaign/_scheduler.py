@@ -49,9 +49,11 @@ from ._outdir import (
     CampaignError,
     JobFiles,
     OutputDir,
+    StepHook,
     current_controller,
     locate_job,
     locked,
+    no_step,
     posix_fcntl,
     prior_keys,
     read_report,
@@ -97,6 +99,7 @@ class _Campaign:
         *,
         observer: Observer | None,
         spawn: Spawn,
+        step: StepHook = no_step,
         drain: Drain,
         trace: bool = False,
     ) -> None:
@@ -108,6 +111,7 @@ class _Campaign:
         self.accounts = accounts
         self.observer = observer
         self.spawn = spawn
+        self.step = step
         self.drain = drain
         self.admission = Admission(
             panel, drain, reserve=self._reserve, release=self._release, record=self.record
@@ -237,6 +241,7 @@ class _Campaign:
                     result=str(files.result.resolve()),
                     started=str(files.started.resolve()),
                 )
+                self.step("launching")
                 try:
                     child = await launch(files, request, self.spawn)
                 except OSError as exc:
@@ -397,6 +402,7 @@ async def run_campaign(
     allow_upgrade: bool = False,
     trace: bool = False,
     _spawn: Spawn = spawn_process,
+    _step: StepHook = no_step,
 ) -> Report:
     """Run (or continue) the campaign of ``plan_path`` in ``outdir``.
 
@@ -425,6 +431,10 @@ async def run_campaign(
             that is not verified shows as an error with its status.
         _spawn: How a child is started; tests replace it to exercise admission
             without processes.
+        _step: Called at each moment after which a controller killed leaves a
+            state of its own on disk (``"staging made"``, ``"code frozen"``,
+            ``"manifest written"``, ``"launching"``); tests kill the
+            controller there to check that a rerun goes on.
 
     Returns:
         The final report, also in ``OUTDIR/report.json``.
@@ -457,7 +467,9 @@ async def run_campaign(
     posix_fcntl()
     out.path.mkdir(parents=True, exist_ok=True)
     with locked(out.path):
-        manifest = out.bind(plan, code, ledger.path, controller, allow_upgrade=allow_upgrade)
+        manifest = out.bind(
+            plan, code, ledger.path, controller, allow_upgrade=allow_upgrade, step=_step
+        )
         # Only once nothing can refuse the start: a refusal says it all.
         _warn_unreachable(plan, prior)
         panel = Panel(plan, prior, out.load_rows(plan, prior))
@@ -469,6 +481,7 @@ async def run_campaign(
             accounts,
             observer=observer,
             spawn=_spawn,
+            step=_step,
             drain=drain if drain is not None else Drain(),
             trace=trace,
         )
