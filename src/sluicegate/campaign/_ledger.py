@@ -42,6 +42,7 @@ from typing import Literal
 import attrs
 
 from .. import _sqlite
+from ._errors import CampaignError
 
 __all__ = [
     "MAX_AMOUNT",
@@ -73,7 +74,7 @@ Scope = tuple[str, ...]
 State = Literal["reserved", "settled", "uncertain"]
 
 
-class LedgerError(Exception):
+class LedgerError(CampaignError):
     """A ledger operation was refused or the ledger file is unusable."""
 
 

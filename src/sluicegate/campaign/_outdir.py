@@ -31,6 +31,7 @@ from typing import Literal
 import attrs
 
 from ._convert import CampaignFileError, load_json, structure, write_json_atomic
+from ._errors import CampaignError
 from ._freeze import JobCodeError, check_job_function, freeze, locate_job_source, tree_hash
 from ._job import JobResult
 from ._panel import now
@@ -40,7 +41,6 @@ from ._state import Controller, Manifest, Report, Row
 __all__ = [
     "DRAIN_FILE",
     "DRAIN_POLL_S",
-    "CampaignError",
     "CampaignLocked",
     "DrainRequest",
     "JobCode",
@@ -87,10 +87,6 @@ StepHook = Callable[[Step], None]
 
 def no_step(step: Step) -> None:
     """The default step hook: nothing happens at any step."""
-
-
-class CampaignError(Exception):
-    """A campaign cannot start or go on; the message says why and what to do."""
 
 
 class CampaignLocked(CampaignError):

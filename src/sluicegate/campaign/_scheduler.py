@@ -31,6 +31,7 @@ import trio
 from .._runner import Drain, report_failure, run_stream
 from .._trace import Timeline, recording
 from ._admission import Admission
+from ._errors import CampaignError
 from ._job import JobRequest, JobResult, OutcomeStatus
 from ._launch import (
     AdoptedChild,
@@ -46,7 +47,6 @@ from ._ledger import Ledger
 from ._outdir import (
     DRAIN_FILE,
     DRAIN_POLL_S,
-    CampaignError,
     JobFiles,
     OutputDir,
     StepHook,
