@@ -445,6 +445,19 @@ def defined_errors(package: types.ModuleType) -> dict[str, type[BaseException]]:
     return found
 
 
+TREE_FORMAT = """Draw the package's errors in its __init__ docstring, as a fenced block:
+
+```text
+PackageError          never raised itself
+├── OneError          what it means
+└── OtherError        what it means (also ValueError)
+    └── NarrowerError what it means
+```
+
+(the base on the first line, each class under its parent, "(also X)" naming any
+builtin error a class is besides the base)."""
+
+
 def drawn_tree(doc: str) -> list[tuple[int, str, str]]:
     """``(depth, class name, description)`` per line of the docstring's fenced ```text block."""
     match = re.search(r"^```text\n(.*?)^```", doc, re.M | re.S)
@@ -452,8 +465,10 @@ def drawn_tree(doc: str) -> list[tuple[int, str, str]]:
         return []
     lines = []
     for line in match.group(1).splitlines():
+        if not line.strip():
+            continue
         drawn = re.match(r"^([│├└─ ]*)(\w+)\s*(.*)$", line)
-        assert drawn, f"not a line of an exception tree: {line!r}"
+        assert drawn, f"not a line of an exception tree: {line!r}\n{TREE_FORMAT}"
         lines.append((len(drawn.group(1)) // 4, drawn.group(2), drawn.group(3)))
     return lines
 
@@ -466,19 +481,6 @@ def also(cls: type[BaseException], base: type[BaseException]) -> set[str]:
         if k.__module__ == "builtins" and k not in base.__mro__ and hasattr(builtins, k.__name__)
     ]
     return {k.__name__ for k in kinds if not any(o is not k and issubclass(o, k) for o in kinds)}
-
-
-TREE_FORMAT = """Draw the package's errors in its __init__ docstring, as a fenced block:
-
-```text
-PackageError          never raised itself
-├── OneError          what it means
-└── OtherError        what it means (also ValueError)
-    └── NarrowerError what it means
-```
-
-(the base on the first line, each class under its parent, "(also X)" naming any
-builtin error a class is besides the base)."""
 
 
 @pytest.mark.parametrize("name", subpackages())
