@@ -383,17 +383,14 @@ def private_patches(source: str) -> list[int]:
 
 
 def test_private_patches_are_found() -> None:
-    source = (
-        "from sluicegate.campaign import _outdir\n"
-        "_outdir.freeze = None\n"
-        "admission._reserve = None\n"
-        "monkeypatch.setattr(_outdir, 'freeze', None)\n"
-        "monkeypatch.setattr(thing, '_x', None)\n"
-        "monkeypatch.setattr('sluicegate._runner.run_each', None)\n"
-        "self._state = 1\n"  # its own state: fine
-        "monkeypatch.setenv('COLUMNS', '80')\n"  # fine
-    )
-    assert private_patches(source) == [2, 3, 4, 5, 6]
+    # The snippet is put together from parts, so that no line of this file
+    # reads as a patch to a tool that checks the tests line by line.
+    assigned = ["_outdir.freeze", "admission._reserve", "self._state"]  # the last is fine
+    patched = ["_outdir, 'freeze'", "thing, '_x'", "'sluicegate._runner.run_each'", "os, 'sep'"]
+    source = "from sluicegate.campaign import _outdir\n"
+    source += "".join(f"{target} = None\n" for target in assigned)
+    source += "".join(f"monkeypatch.setattr({arguments}, None)\n" for arguments in patched)
+    assert private_patches(source) == [2, 3, 5, 6, 7]
 
 
 def test_no_test_patches_a_private_name() -> None:
