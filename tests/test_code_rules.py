@@ -166,11 +166,12 @@ def private_imports(source: str) -> dict[str, int]:
     found: dict[str, int] = {}
     for tree in code_in(source):
         for node in ast.walk(tree):
-            names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
             for name in names:
                 parts = name.split(".")
                 if parts[0] != "sluicegate":
@@ -357,7 +358,7 @@ def private_patches(source: str) -> list[int]:
                 on_self = isinstance(owner, ast.Name) and owner.id in ("self", "cls")
                 on_private_module = isinstance(owner, ast.Name) and owner.id in private_modules
                 if (is_private(target.attr) and not on_self) or on_private_module:
-                    lines.append(node.lineno)
+                    lines.append(target.lineno)
             if isinstance(node, ast.Call) and node.args:
                 func = node.func
                 called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
