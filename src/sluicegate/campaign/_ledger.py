@@ -280,6 +280,8 @@ class Ledger:
     """
 
     def __init__(self, path: Path | str) -> None:
+        # Fixed. The ledger's state is in the file, changed only in transactions
+        # (BEGIN IMMEDIATE), so any number of handles and processes share it.
         self.path: Path = Path(path)
         if not self.path.is_file():
             raise LedgerMissing(
