@@ -23,6 +23,7 @@ import attrs
 
 from .._checks import check_count, check_seconds
 from .._retry import Retry
+from ._errors import EvalError
 from ._reduce import check_reducer
 
 __all__ = [
@@ -47,7 +48,7 @@ EVERY_SCORE = "*"
 TARGET_MODULE = "_sluicegate_eval_target_"
 
 
-class UsageError(ValueError):
+class UsageError(EvalError, ValueError):
     """A mistake in the command or the environment, found before any rollout (exit 2)."""
 
 

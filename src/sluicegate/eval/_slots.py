@@ -31,6 +31,7 @@ from .._taskset import Task, Taskset
 from .._util import in_background
 from ._config import EvalConfig, UsageError
 from ._current import rollout_of
+from ._errors import EvalError
 from ._records import RolloutRow
 from ._tally import RunTally
 
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 
-class DuplicateTaskId(ValueError):
+class DuplicateTaskId(EvalError, ValueError):
     """Two tasks of one evaluation have the same id, or one rollout was added twice."""
 
 

@@ -8,10 +8,20 @@ against the runner's invariants (numbered as in ``docs/runner.md``).
 part that needs Hypothesis installed. Use them under trio's
 ``MockClock(autojump_threshold=0)`` so that durations and gaps cost no real
 time.
+
+Every error the kit raises is a :class:`TestingError`:
+
+```text
+TestingError            never raised itself
+├── InvariantViolation  a trace broke one of the runner's invariants (also AssertionError)
+├── ProbeError          a RunProbe run that was told to fail
+└── SourceError         a scheduled source that was told to fail
+```
 """
 
 from .. import _util
 from ._checks import InvariantViolation, TraceSummary, check_trace
+from ._errors import TestingError
 from ._feed import ScriptedFeed, ScriptedIter
 from ._probe import ProbeError, RunProbe
 from ._strategies import Schedule, SourceError, schedules, windows
@@ -27,6 +37,7 @@ __all__ = [
     "ScriptedFeed",
     "ScriptedIter",
     "SourceError",
+    "TestingError",
     "Trace",
     "TraceSummary",
     "check_trace",

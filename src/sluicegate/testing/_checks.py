@@ -9,6 +9,7 @@ from typing import Literal, final
 
 import attrs
 
+from ._errors import TestingError
 from ._trace import Trace
 
 #: The numbered invariants of docs/runner.md, as a violation names them.
@@ -23,7 +24,7 @@ INVARIANTS = {
 }
 
 
-class InvariantViolation(AssertionError):
+class InvariantViolation(TestingError, AssertionError):
     """A trace broke one of the runner's invariants.
 
     The message starts with the invariant's number and name in

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
+from ._errors import TestingError
 from ._feed import ScriptedFeed, ScriptedIter
 from ._probe import RunProbe
 from ._trace import Trace
@@ -75,7 +76,7 @@ class Schedule:
         return RunProbe(durations=dict(enumerate(self.durations)), fail=fail, trace=trace)
 
 
-class SourceError(Exception):
+class SourceError(TestingError):
     """Raised by a scheduled source at ``source_fail_at``."""
 
 
