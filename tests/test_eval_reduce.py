@@ -119,7 +119,7 @@ async def test_without_reduce_there_is_no_tasks_file(tmp_path: Path) -> None:
 
 
 async def test_an_unknown_reducer_is_refused_before_anything(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="--reduce 'best'"):
+    with pytest.raises(ValueError, match=r"--reduce must be one of mean.*, not 'best'"):
         await evaluate(env, output_dir=tmp_path / "out", reduce=["best"])
     with pytest.raises(ValueError, match="--pass-threshold"):
         await evaluate(env, output_dir=tmp_path / "out", pass_threshold=float("nan"))

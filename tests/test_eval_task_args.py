@@ -85,7 +85,7 @@ def test_an_argument_the_factory_does_not_take_is_refused_before_anything(
 async def test_from_python(tmp_path: Path) -> None:
     report = await evaluate(Configurable, task_args={"size": 1}, output_dir=tmp_path / "a")
     assert report.ok == 1
-    with pytest.raises(ValueError, match="-T label: the value must be JSON"):
+    with pytest.raises(TypeError, match="-T label must be a JSON value"):
         await evaluate(Configurable, task_args={"label": object()}, output_dir=tmp_path / "b")
     with pytest.raises(ValueError, match="does not take an argument 'nope'"):
         await evaluate(Configurable, task_args={"nope": 1}, output_dir=tmp_path / "c")

@@ -95,7 +95,7 @@ def _total(tally: RunTally) -> str:
 
 
 def _rate(tally: RunTally) -> tuple[float, float]:
-    elapsed = trio.current_time() - tally.started
+    elapsed = trio.current_time() - tally.began
     done = tally.finished - tally.resumed
     return elapsed, (done / elapsed if elapsed > 0 else 0.0)
 
@@ -178,6 +178,7 @@ class _Guarded:
 
     def __init__(self, file: TextIO | None) -> None:
         self._file = file
+        # Invariant: written by guard() only; False -> True once, never back.
         self.silent = False
 
     @property
@@ -328,6 +329,8 @@ class _LiveBar:
     def __init__(self, console: Console, render: Callable[[], RenderableType]) -> None:
         self.console = console
         self._render = render
+        # Invariant: written by start() and stop() only, under _lock; a Live
+        # while the bar is up.
         self._live: Live | None = None
         # Messages may come from a worker thread (a load() that warns).
         self._lock = threading.RLock()
@@ -371,6 +374,7 @@ class _AboveBar:
         self._display = display
         self._bar = bar
         self._stderr = stderr
+        # Invariant: written by write() and flush() only; never holds a newline.
         self._partial = ""
 
     def write(self, text: str) -> int:
@@ -401,8 +405,11 @@ def make_display(kind: str) -> Display | None:
     """The display for ``display=kind``; None for ``none``.
 
     Raises:
-        UsageError: for a kind that is not one of :data:`DISPLAYS`.
+        TypeError: ``kind`` is not text.
+        UsageError: for text that is not one of :data:`DISPLAYS`.
     """
+    if not isinstance(kind, str):
+        raise TypeError(f"display must be one of {', '.join(DISPLAYS)}, not {kind!r}")
     if kind == "rich":
         return RichDisplay()
     if kind == "plain":

@@ -39,6 +39,7 @@ class SessionLock:
     """
 
     def __init__(self, descriptor: int | None) -> None:
+        # Invariant: written by release() only, to None; the lock is held while it is an int.
         self._descriptor = descriptor
 
     @classmethod
@@ -91,6 +92,7 @@ class RunLog:
     def __init__(self, directory: Path, record: RunRecord, lock: SessionLock | None = None) -> None:
         self.lock = create(directory, record, lock)
         self.directory = directory
+        # Invariant: written by close() only: the record last written to run.json.
         self.record = record
         try:
             self._file: IO[str] = (directory / RESULTS).open("a", encoding="utf-8")

@@ -31,12 +31,12 @@ def check_reducer(name: object) -> str:
         ValueError: it names no reducer; the message lists them.
     """
     if not isinstance(name, str):
-        raise TypeError(f"--reduce takes reducer names, not {type(name).__name__}")
+        raise TypeError(f"--reduce must be reducer names, not {name!r}")
     if name in REDUCERS or _WITH_K.fullmatch(name):
         return name
     raise ValueError(
-        f"--reduce {name!r}: no such reducer; use one of {', '.join(REDUCERS)}, "
-        f"pass_at_K or at_least_K (K a whole number >= 1)"
+        f"--reduce must be one of {', '.join(REDUCERS)}, pass_at_K or at_least_K "
+        f"(K a whole number >= 1), not {name!r}"
     )
 
 
