@@ -177,3 +177,78 @@ def test_refused_runs_give_one_line_exit_2_and_leave_no_directory(
 
 def test_usage_error_is_a_value_error() -> None:
     assert issubclass(UsageError, ValueError)
+
+
+async def test_a_list_as_the_taskset_names_the_fix(tmp_path: Path) -> None:
+    class Listed:
+        taskset = [Task(input=1), Task(input=2)]  # noqa: RUF012 - the mistake shown
+
+        async def run(self, task: Task) -> Any:
+            return task.input
+
+    with pytest.raises(ValueError, match=re.escape("Taskset.from_iterable(the list)")):
+        await evaluate(Listed(), output_dir=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_name_in_a_target_lists_the_modules_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = refused(capsys, f"{ENVS / 'shapes.py'}:EnvClas", "-o", str(tmp_path / "out"))
+    assert line.endswith(
+        "shapes.py has no 'EnvClas'; did you mean 'EnvClass'? It has: EnvClass, broken, "
+        "duplicates, empty, make_env, no_taskset, sync_run, wrong_taskset"
+    )
+    # What it imported (Task, Taskset, annotations) is not offered.
+    assert "Taskset" not in line.partition("It has")[2]
+
+
+class Declared:
+    """An environment that says which scores its score() returns."""
+
+    scores = ("exact", "f1")
+    taskset = tasks(1, 2)
+
+    async def run(self, task: Task) -> Any:
+        return task.input
+
+    def score(self, task: Task, result: Any) -> dict[str, float]:
+        return {"exact": 1.0, "f1": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("setting", "words"),
+    [
+        (
+            {"min_score": {"acc": 0.5}},
+            "--min-score acc=0.5 names no score of the run: the environment's `scores` "
+            "declares exact, f1",
+        ),
+        (
+            {"min_score": {"acc/max": 0.5}, "reduce": ["max"]},
+            "--min-score acc/max=0.5 names no score of the run: the environment's `scores` "
+            "declares exact, f1, and with --reduce exact/max, f1/max",
+        ),
+        (
+            {"min_score": {"exact/pass_at_1": 0.5}},
+            "--min-score exact/pass_at_1=0.5 names a reduced score: add --reduce pass_at_1",
+        ),
+    ],
+)
+async def test_a_floor_on_no_score_is_refused_before_the_run(
+    tmp_path: Path, setting: dict[str, Any], words: str
+) -> None:
+    """Once, the run went first and failed after, with "no score named ..."."""
+    out = tmp_path / "out"
+    with pytest.raises(ValueError) as refusal:
+        await evaluate(Declared(), output_dir=out, **setting)
+    assert str(refusal.value) == words
+    assert not out.exists()
+    passing = await evaluate(Declared(), output_dir=out, min_score={"f1": 0.5}, reduce=["max"])
+    assert passing.passed
+
+
+async def test_a_floor_without_any_score_is_refused_before_the_run(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"^--min-score 0.5: the environment has no score\(\)"):
+        await evaluate(Env(static(2)), output_dir=tmp_path / "out", min_score=0.5)
+    assert not (tmp_path / "out").exists()

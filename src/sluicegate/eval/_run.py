@@ -15,6 +15,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import shlex
 import warnings
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -40,7 +41,7 @@ from ._config import (
     parse_concurrency,
     task_arguments,
 )
-from ._display import Display, Summary, make_display, resume_command
+from ._display import Display, Summary, header_text, make_display, resume_command
 from ._format import RESULTS, TORN, Previous, read_results, read_run_record
 from ._log import RunLog, SessionLock, check_new
 from ._records import RolloutRow, RunRecord, StopReason
@@ -48,7 +49,7 @@ from ._rollout import AttemptFn, Rollouts, attempt_here
 from ._slots import DuplicateTaskId, EvalSource, Kind, Slot, Source, check, kind_of, plan
 from ._tally import RunTally
 from ._target import Parts, environment
-from ._verdict import EvalReport, begin, budget_text, end
+from ._verdict import EvalReport, begin, budget_text, check_floors, end
 
 if TYPE_CHECKING:
     from ..dask import DaskBridge
@@ -219,6 +220,7 @@ def _setup(
     config.retry()
     kind = kind_of(parts.taskset)
     check(kind, config, resume)
+    check_floors(config.min_score, config.reduce, parts.score is not None, parts.scores)
     if dask is not None:
         if kind is Kind.DYNAMIC:
             raise UsageError(
@@ -292,6 +294,25 @@ def _slot_label(item: object) -> str | None:
     return f"{item.task_id} #{item.rollout}" if isinstance(item, Slot) else None
 
 
+def _show_traceback(row: RolloutRow, directory: Path, config: EvalConfig) -> None:
+    """Show the traceback of the rollout that stops the run, and where its whole record is."""
+    if row.error is None:
+        return
+    frames, internal = row.error.own_frames()
+    left_out = f", and {internal} sluicegate and trio frames left out here" if internal else ""
+    logger.error(
+        "the run stops at task %s rollout %d (--fail-on-error %s); its traceback:\n%s\n"
+        "the whole record (every attempt%s) is its row in %s; sluicegate report %s shows it",
+        row.task_id,
+        row.rollout,
+        config.fail_on_error,
+        frames,
+        left_out,
+        directory / RESULTS,
+        shlex.quote(str(directory)),
+    )
+
+
 def _name_error(row: RolloutRow, tally: RunTally) -> None:
     if tally.errors <= FIRST_ERRORS:
         tried = f" after {row.attempts} attempts" if row.attempts > 1 else ""
@@ -339,6 +360,7 @@ async def _run_slots(
                         report_failure(trace, done.index, row.error.type)
                     _name_error(row, tally)
                     if budget.crossed(tally.errors, None if tally.growing else tally.planned):
+                        _show_traceback(row, log.directory, config)
                         raise _ErrorBudgetCrossed
     except _ErrorBudgetCrossed:
         return "failed", budget_text(config, tally.errors)
@@ -532,9 +554,11 @@ async def evaluate(
         timeout: Seconds each attempt may take; an expiry is a ``TimeoutError``.
         fail_on_error: Error rows that fail the run: a count ``N`` (fails at
             the ``N``-th; 0 and 1 at the first) or a fraction in (0, 1).
-        min_score: The lowest mean score that passes: a number for every
-            score, or a mapping of score names (``"*"`` for every score) or
-            reduced score names (``"pass_at_1"``).
+        min_score: The lowest mean score that passes (the task-weighted
+            mean, see ``docs/eval.md``): a number for every score, or a
+            mapping of score names (``"*"`` for every score) or reduced
+            score names (``"pass_at_1"``). A name no score of the run can
+            have is refused before the run.
         reduce: Reducers over each task's rollouts (``"mean"``, ``"max"``,
             ``"min"``, ``"median"``, ``"mode"``, ``"pass_at_K"``,
             ``"at_least_K"``): their per-task values go to ``tasks.jsonl``,
@@ -598,6 +622,8 @@ async def evaluate(
         trace=trace is True,  # recorded in run.json, so that a resume traces too
     )
     setup = _setup(env, config, task_args, session)
+    if session.display is not None:
+        session.display.header(header_text(setup.parts.name, setup.config, session.resume))
     try:
         record, tally = await _session(setup, session)
     finally:

@@ -32,6 +32,7 @@ from .._util import in_background
 from ._config import EvalConfig, UsageError
 from ._current import rollout_of
 from ._records import RolloutRow
+from ._reduce import rollouts_needed
 from ._tally import RunTally
 
 __all__ = [
@@ -102,6 +103,15 @@ def check(kind: Kind, config: EvalConfig, resume: bool) -> None:
     Raises:
         UsageError: saying which flag and why.
     """
+    if kind is not Kind.DYNAMIC:
+        # (A SampleSource may add rollouts past -r with enqueue(task, rollout=k).)
+        for reducer in config.reduce:
+            needed = rollouts_needed(reducer)
+            if config.rollouts < needed:
+                raise UsageError(
+                    f"--reduce {reducer} needs {needed} rollouts of each task, and -r is "
+                    f"{config.rollouts}: give -r {needed} or more"
+                )
     what = {
         Kind.INFINITE: "an infinite taskset",
         Kind.STREAMING: "a streaming taskset",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from fractions import Fraction
 
 import attrs
 
@@ -69,13 +68,8 @@ class RunTally:
     # Invariant: written by abandon() only; len(abandoned_names) <= min(abandoned, NAMED).
     abandoned: int = 0
     abandoned_names: list[tuple[str, int]] = attrs.Factory(list)
-    # Exact sums: finite scores whose float sum overflows (1e308 + 1e308)
-    # still have a finite mean, and run.json must hold it.
-    # Invariant: _sums, _counts and _values are written by add() only, and
-    # hold the same ok rows.
-    _sums: dict[str, Fraction] = attrs.Factory(dict)
-    _counts: dict[str, int] = attrs.Factory(dict)
     # Each score's values by task, for the statistics and the reducers.
+    # Invariant: written by add() only: the scores of the ok rows counted in ok.
     _values: dict[str, dict[str, list[float]]] = attrs.Factory(dict)
 
     @property
@@ -126,8 +120,6 @@ class RunTally:
             return
         self.ok += 1
         for key, value in score_items(row.score):
-            self._sums[key] = self._sums.get(key, Fraction(0)) + Fraction(value)
-            self._counts[key] = self._counts.get(key, 0) + 1
             self._values.setdefault(key, {}).setdefault(row.task_id, []).append(value)
 
     def add_resumed(self, rows: Iterable[RolloutRow]) -> None:
@@ -141,14 +133,6 @@ class RunTally:
         self.abandoned += 1
         if len(self.abandoned_names) < NAMED:
             self.abandoned_names.append((task_id, rollout))
-
-    def means(self) -> dict[str, float]:
-        """The mean of each score key over the ok rollouts that have it.
-
-        Each mean is the exact mean rounded once, so it is finite whenever
-        the scores are, however large their sum.
-        """
-        return {key: float(self._sums[key] / self._counts[key]) for key in sorted(self._sums)}
 
     def score_stats(self) -> dict[str, ScoreStats]:
         """Each score's statistics (see ``docs/eval.md``, "Statistics")."""
