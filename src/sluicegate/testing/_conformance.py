@@ -136,7 +136,7 @@ class _Ends:
 
 
 async def _drive(
-    ending: Ending, source: object, run: Callable[[Any], Any], window: int, trace: Any, ends: _Ends
+    ending: Ending, source: Any, run: Callable[[Any], Any], window: int, trace: Any, ends: _Ends
 ) -> list[str]:
     """Run ``source`` through ``run`` to ``ending``; what was wrong with how it ended."""
     problems: list[str] = []
@@ -247,24 +247,29 @@ class _Books:
         return done
 
 
+def _numbers(serials: Iterable[int]) -> str:
+    """``#0, #3``: messages by their place in the upstream."""
+    return ", ".join(f"#{serial}" for serial in sorted(serials))
+
+
 def _account(upstream: Upstream[Any], ran: list[int], delivered: set[int]) -> list[str]:
     """What the upstream's books say went wrong in one session."""
     problems = []
     state: dict[int, str] = {}
     for what, serial in upstream.log:
         state[serial] = what
-    twice = sorted(serial for serial in ran if state.get(serial) == "back")
+    twice = {serial for serial in ran if state.get(serial) == "back"}
     if twice:
         problems.append(
-            f"message(s) {', '.join(f'#{s}' for s in twice)} ran and were then given back "
+            f"message(s) {_numbers(twice)} ran and were then given back "
             "to the upstream: they will run twice"
         )
-    dropped = sorted(
+    dropped = {
         serial for serial, what in state.items() if what == "take" and serial not in delivered
-    )
+    }
     if dropped:
         problems.append(
-            f"message(s) {', '.join(f'#{s}' for s in dropped)} taken from the upstream were "
+            f"message(s) {_numbers(dropped)} taken from the upstream were "
             "neither run nor given back: dropped at close"
         )
     if upstream.close_count != 1:
@@ -349,15 +354,19 @@ def check_source(
             problems = await _drive(
                 ending, traced_source(_streamed(made), trace), run, window, books, ends
             )
-            frees = "consume" if ending.how == "consumer-left" else "finish"
+            frees: Literal["finish", "consume"] = (
+                "consume" if ending.how == "consumer-left" else "finish"
+            )
             problems += _trace_problems(trace, window, frees)
             if upstream is not None:
                 delivered = {s for s in books.serials.values() if s is not None}
                 ran = books.ran()
                 problems += _account(upstream, ran, delivered)
-                if ending.how == "exhausted" and sorted(ran) != list(range(len(messages))):
-                    missing = sorted(set(range(len(messages))) - set(ran))
-                    problems.append(f"message(s) {missing} never ran although the upstream ended")
+                missing = set(range(len(messages))) - set(ran)
+                if ending.how == "exhausted" and missing:
+                    problems.append(
+                        f"message(s) {_numbers(missing)} never ran although the upstream ended"
+                    )
             if ending.how == "restarted":
                 second = Trace()
                 books = _Books(second, upstream, key, books.matched)
@@ -570,7 +579,8 @@ def check_run(
                     await run_stream(values, user_run, window=window)
                 except Exception as exc:
                     return [
-                        f"the same run, on a fresh stream afterwards, raised {exc!r}: state was left behind"
+                        f"the same run, on a fresh stream afterwards, raised {exc!r}: "
+                        "state was left behind"
                     ]
             if again.cancelled_caught:
                 return [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -32,10 +33,8 @@ def _count(keys: Iterable[object]) -> list[list[Any]]:
         if entry is None:
             entry = [key, 0]
             counts.append(entry)
-            try:
+            with contextlib.suppress(TypeError):
                 index[key] = entry
-            except TypeError:
-                pass
         entry[1] += 1
     return counts
 

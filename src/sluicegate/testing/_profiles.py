@@ -46,7 +46,7 @@ def register_profiles() -> None:
 
 
 def load_profile(name: str | None = None) -> str:
-    """Register the profiles and load ``name``, else ``$SLUICEGATE_HYPOTHESIS_PROFILE``, else ``dev``.
+    """Register the profiles and load one: ``name``, else the variable's, else ``dev``.
 
     Returns:
         The name of the profile loaded.

@@ -71,8 +71,13 @@ def _describe(error: BaseException) -> str:
 
 
 def _where(task: trio.lowlevel.Task) -> str:
-    frames = [f"{frame.f_code.co_name}:{lineno}" for frame, lineno in task.iter_await_frames()]
-    return " > ".join(frames[-3:]) if frames else "?"
+    """Where ``task`` waits: its innermost awaits outside trio itself."""
+    frames = [
+        f"{frame.f_code.co_name} ({frame.f_globals.get('__name__', '?')}:{lineno})"
+        for frame, lineno in task.iter_await_frames()
+        if not str(frame.f_globals.get("__name__", "")).startswith("trio")
+    ]
+    return " > ".join(frames[-2:]) if frames else "?"
 
 
 def _waiting(root: trio.lowlevel.Task, watchdog: trio.lowlevel.Task) -> list[str]:
@@ -138,6 +143,7 @@ def run_scenario(
     waiting: list[str] = []
 
     async def main() -> R:
+        main_task = trio.lowlevel.current_task()
         async with trio.open_nursery() as nursery:
             outcome: list[R] = []
 
@@ -147,7 +153,7 @@ def run_scenario(
 
             async def watchdog() -> None:
                 await trio.sleep(timeout)
-                waiting.extend(_waiting(trio.lowlevel.current_root_task(), me()))
+                waiting.extend(_waiting(main_task, me()))
                 nursery.cancel_scope.cancel()
 
             def me() -> trio.lowlevel.Task:
@@ -159,8 +165,8 @@ def run_scenario(
         if outcome:
             return outcome[0]
         raise Deadlock(
-            f"deadlock: no progress in {timeout:g} s of trio's clock; still waiting:\n  "
-            + "\n  ".join(waiting),
+            f"deadlock: no progress in {timeout:g} s of trio's clock; waiting: "
+            + "; ".join(waiting),
             waiting,
         )
 
@@ -168,7 +174,9 @@ def run_scenario(
         clock = trio.testing.MockClock(autojump_threshold=0) if autojump else None
         return trio.run(main, clock=clock)
     except BaseExceptionGroup as group:
-        raise flatten(group) from None
+        error = flatten(group)
+        # Its own cause kept; the group it came in left out of the traceback.
+        raise error from error.__cause__
 
 
 @overload

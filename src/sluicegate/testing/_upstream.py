@@ -95,11 +95,11 @@ class Upstream(Generic[T]):
         out = [entry for entry in reversed(self.handed_out()) if entry[0] not in exclude]
         for serial, _, item in out:
             if item is message:
-                return serial
+                return int(serial)
         for serial, _, item in out:
             try:
                 if item == message:
-                    return serial
+                    return int(serial)
             except Exception:
                 continue
         return None
@@ -166,7 +166,7 @@ class Upstream(Generic[T]):
         Raises:
             ValueError: a message was not handed out (or was already given back).
         """
-        serials = []
+        serials: list[int] = []
         for message in messages:
             serial = self._find(message, serials)
             if serial is None:
