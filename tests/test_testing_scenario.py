@@ -144,7 +144,7 @@ def test_the_profiles_live_in_the_kit() -> None:
 def test_the_plugin_is_declared_as_a_pytest11_entry_point() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     module = project["project"]["entry-points"]["pytest11"]["sluicegate"]
-    assert module == "sluicegate.testing._pytest_plugin"
+    assert module == "sluicegate.testing.pytest_plugin"
     loaded = subprocess.run(
         [sys.executable, "-c", f"import {module} as m; print(m.fresh_clock.__name__)"],
         capture_output=True,
@@ -184,7 +184,7 @@ def test_the_plugin_gives_a_fresh_clock_that_passes_the_health_check(tmp_path: P
     (tmp_path / "pytest.ini").write_text("[pytest]\ntrio_mode = true\n")
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:sluicegate",
-         "-p", "sluicegate.testing._pytest_plugin", str(tmp_path)],
+         "-p", "sluicegate.testing.pytest_plugin", str(tmp_path)],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env={**os.environ, "SLUICEGATE_HYPOTHESIS_PROFILE": "repro"},
     )  # fmt: skip
