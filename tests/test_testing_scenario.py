@@ -34,7 +34,11 @@ from sluicegate.testing import (
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def chained(shared: bool) -> list[int]:
+async def nap(value: int) -> None:
+    await trio.sleep(value)
+
+
+async def chained(shared: bool) -> list[None]:
     """Two streams chained through a channel, under one Window(1) or a window each."""
     window = Window(1)
     send, receive = trio.open_memory_channel[int](0)
@@ -48,7 +52,7 @@ async def chained(shared: bool) -> list[int]:
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(first)
-        return await run_stream(receive, trio.sleep, window=window if shared else Window(1))
+        return await run_stream(receive, nap, window=window if shared else Window(1))
 
 
 def test_two_streams_chained_under_one_window_deadlock_and_are_named() -> None:
@@ -137,7 +141,8 @@ def test_the_profiles_live_in_the_kit() -> None:
     from hypothesis import settings as current
 
     assert load_profile("repro") == "repro"
-    assert current.default.derandomize and current.default.database is None
+    loaded = current.default
+    assert loaded is not None and loaded.derandomize and loaded.database is None
     assert load_profile(os.environ.get("SLUICEGATE_HYPOTHESIS_PROFILE")) in ("dev", "ci", "repro")
 
 

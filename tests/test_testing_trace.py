@@ -46,7 +46,7 @@ async def flaky_run(item: Any, attempts: dict[int, int]) -> Any:
 async def test_serve_with_errors_retries_and_skips_reads_as_it_is(
     autojump_clock: trio.abc.Clock, tmp_path: Path
 ) -> None:
-    trace, attempts = Trace(), {}
+    trace, attempts = Trace(), dict[int, int]()
     feed = ["a", ["b"], None, "a", "c"]
 
     async def run(item: Any) -> Any:
@@ -102,15 +102,14 @@ async def test_open_stream_frees_places_as_results_are_consumed(
 
 async def test_two_streams_in_one_trace_and_a_shared_window(autojump_clock: trio.abc.Clock) -> None:
     trace, window = Trace(), Window(2)
+
+    async def one(stream: Trace) -> None:
+        source = traced_source(range(5), stream)
+        await run_stream(source, traced_run(trio.sleep, stream), window=window, trace=stream)
+
     async with trio.open_nursery() as nursery:
         for name in "ab":
-            stream = trace.stream(name)
-            source = traced_source(range(5), stream)
-            nursery.start_soon(
-                lambda s=source, t=stream: run_stream(
-                    s, traced_run(trio.sleep, t), window=window, trace=t
-                )
-            )
+            nursery.start_soon(one, trace.stream(name))
     summary = check_trace(trace, window=2, shared=True)
     assert (summary.sessions, summary.items, summary.peak) == (2, 10, 2)
     assert len(trace.stream("a")) == len(trace) // 2
@@ -129,7 +128,10 @@ async def test_two_streams_sharing_one_recorder_are_named_as_the_fault(
         check_trace(trace, window=1)
 
 
-def recorded(*events: tuple[str, int | None] | str, stream: Trace | None = None) -> Trace:
+Recorded = tuple[str, int] | str
+
+
+def recorded(*events: Recorded, stream: Trace | None = None) -> Trace:
     trace = stream or Trace()
     for event in events:
         kind, index = (event, None) if isinstance(event, str) else event
@@ -147,7 +149,7 @@ def recorded(*events: tuple[str, int | None] | str, stream: Trace | None = None)
 def test_the_runners_record_still_fails_what_breaks_a_rule() -> None:
     ok = recorded(("pulled", 0), ("started", 0), ("finished", 0), "close")
     assert check_trace(ok, window=1).finished == 1
-    cases = {
+    cases: dict[str, list[Recorded]] = {
         r"invariant 2 \(back-pressure\): event 1 .*: pull 2 with only 0 places freed": [
             ("pulled", 0), ("pulled", 1),
         ],
@@ -160,7 +162,9 @@ def test_the_runners_record_still_fails_what_breaks_a_rule() -> None:
         "item 1 started and was never pulled": [("pulled", 0), ("started", 1)],
         "item 0 started twice": [("pulled", 0), ("started", 0), ("finished", 0), ("started", 0)],
         "the run of item 0 never finished": [("pulled", 0), ("started", 0)],
-        r"invariant 5 \(close-out\): closed 0 times": [("pulled", 0), ("started", 0), ("finished", 0)],
+        r"invariant 5 \(close-out\): closed 0 times": [
+            ("pulled", 0), ("started", 0), ("finished", 0),
+        ],
     }  # fmt: skip
     for message, events in cases.items():
         with pytest.raises(InvariantViolation, match=message):
@@ -179,15 +183,13 @@ def test_a_restart_is_a_new_session_and_a_drain_lets_runs_outlive_the_close() ->
 @scenario
 async def test_a_property_of_streams_on_one_window(schedules: tuple[Schedule, ...]) -> None:
     trace, window = Trace(), Window(schedules[0].window or 1)
+
+    async def one(schedule: Schedule, stream: Trace) -> None:
+        await run_stream(schedule.feed(stream), schedule.probe(stream), window=window, trace=stream)
+
     async with trio.open_nursery() as nursery:
         for number, schedule in enumerate(schedules):
-            stream = trace.stream(str(number))
-            run = schedule.probe(stream)
-            nursery.start_soon(
-                lambda f=schedule.feed(stream), r=run, t=stream: run_stream(
-                    f, r, window=window, trace=t
-                )
-            )
+            nursery.start_soon(one, schedule, trace.stream(str(number)))
     check_trace(trace, window=window.size, shared=True)
 
 
