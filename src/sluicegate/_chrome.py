@@ -281,6 +281,9 @@ def _sessions(trace: _ChromeTrace) -> list[Session]:
     def seconds(pid: int, ts: float) -> float:
         return (ts - offsets[pid]) / 1e6
 
+    # tuple.__new__ skips the records' generated __new__ (two per run read).
+    new = tuple.__new__
+
     for event in trace.traceEvents:
         records: list[Record] = sessions[event.pid].records
         args = event.args or {}
@@ -289,12 +292,13 @@ def _sessions(trace: _ChromeTrace) -> list[Session]:
             end = start + (event.dur or 0.0) / 1e6
             index = args["index"]
             pulled = seconds(event.pid, args["pulled"])
-            records.append(Start(index, pulled, start, event.tid, args["label"]))
+            records.append(new(Start, (index, pulled, start, event.tid, args["label"])))
             if args["outcome"] == "unfinished":
                 # It ran at least until the trace was written.
                 last[event.pid] = max(last[event.pid], end)
             else:
-                records.append(Finish(index, end, CODES[args["outcome"]], args.get("error")))
+                outcome = CODES[args["outcome"]]
+                records.append(new(Finish, (index, end, outcome, args.get("error"))))
         elif event.ph == "i" and event.cat == "mark":
             marks[event.pid].append(Marked(event.name, seconds(event.pid, event.ts)))
         elif event.ph == "C" and event.name == "window":

@@ -118,6 +118,7 @@ class _Ends:
     ending: Ending
     scope: trio.CancelScope
     drain: Drain
+    # Written only by started(). Invariant: the runs started so far in this stream.
     starts: int = 0
 
     def started(self) -> bool:
@@ -185,8 +186,11 @@ class _Books:
         self.trace = trace
         self.upstream = upstream
         self.key = key
+        # Written only by pulled(): the upstream serial of each item the
+        # runner pulled (None for one that matched no message).
         self.serials: dict[int, int | None] = {}
-        # serial -> the take whose message the runner pulled, across sessions.
+        # Written only by _serial(): serial -> the take whose message the
+        # runner pulled, across sessions (a take is pulled at most once).
         self.matched: dict[int, int] = {} if matched is None else matched
 
     def _serial(self, message: object) -> int | None:

@@ -57,6 +57,9 @@ class Dependency:
     Args:
         flaky: How it misbehaves (default: never).
         trace: Record each call's ``start`` and outcome here too.
+
+    Its books are written only by the calls; ``flaky`` may be replaced
+    between streams (a healthy dependency for a second stream).
     """
 
     def __init__(self, flaky: Flaky | None = None, *, trace: Trace | None = None) -> None:
