@@ -22,6 +22,9 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
+# The real servers (redis-server, PostgreSQL) as fixtures: see server_fixtures.py.
+pytest_plugins = ["server_fixtures"]
+
 PROFILE_VARIABLE = "SLUICEGATE_HYPOTHESIS_PROFILE"
 
 settings.register_profile("dev", deadline=None)
