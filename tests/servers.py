@@ -48,9 +48,7 @@ def missing_postgres() -> str | None:
     """Why a PostgreSQL server cannot be started here, or None."""
     for name in ("initdb", "pg_ctl", "postgres"):
         if not os.access(POSTGRES_BIN / name, os.X_OK):
-            return (
-                f"no {name} in {POSTGRES_BIN}: install Debian's postgresql-15 (.ci/run does)"
-            )
+            return f"no {name} in {POSTGRES_BIN}: install Debian's postgresql-15 (.ci/run does)"
     return None
 
 

@@ -190,12 +190,12 @@ class Feed(Generic[T]):
         # for its acknowledgement or released.
         self._unstarted: dict[int, T] = {}
         self._outstanding: dict[int, T] = {}
-        # Settled items awaiting their round trip, oldest first, and how many
+        # Settled items awaiting their round trip, oldest first, and those
         # the round trip in progress carries. Written by _settle (appends)
         # and _send_acks (takes). Invariant: each item is here or in that
-        # round trip at most once.
+        # round trip at most once; both keep their leases renewed.
         self._to_ack: list[T] = []
-        self._sending = 0
+        self._sending: list[T] = []
         # How many items the next claim asks for, how long the last claim
         # that got all it asked for took, and when the last claim returned
         # (trio's clock): see _limit. Written by _claim alone.
@@ -375,7 +375,7 @@ class Feed(Generic[T]):
         while self._to_ack:
             chunk = self._to_ack[: self._batch]
             del self._to_ack[: self._batch]
-            self._sending = len(chunk)
+            self._sending = chunk
             try:
                 await self._queue.acknowledge(chunk)
             except BaseException:
@@ -383,7 +383,7 @@ class Feed(Generic[T]):
                 self._to_ack[:0] = chunk
                 raise
             finally:
-                self._sending = 0
+                self._sending = []
             self._acknowledged += len(chunk)
             self._acknowledgements += 1
 
@@ -399,7 +399,13 @@ class Feed(Generic[T]):
     async def _renewer(self) -> None:
         while True:
             await trio.sleep(self._lease / 3)
-            held = [*self._unstarted.values(), *self._outstanding.values()]
+            # Settled items too: their lease must last until their acknowledgement.
+            held = [
+                *self._unstarted.values(),
+                *self._outstanding.values(),
+                *self._sending,
+                *self._to_ack,
+            ]
             for start in range(0, len(held), self._batch):
                 lost = await self._queue.renew(held[start : start + self._batch])
                 self._renewals += 1
@@ -497,7 +503,7 @@ class Feed(Generic[T]):
             claimed=self._claimed,
             waiting=len(self._unstarted),
             outstanding=len(self._outstanding),
-            acknowledging=len(self._to_ack) + self._sending,
+            acknowledging=len(self._to_ack) + len(self._sending),
             acknowledged=self._acknowledged,
             released=self._released,
             running=self._running,
