@@ -282,10 +282,13 @@ class PostgresQueue:
                 credentials, naming the DSN (its password hidden).
             ValueError: the table is missing (without ``create=True``) or
                 lacks a column of the schema.
+            RuntimeError: it is open already.
         """
         import psycopg
         from psycopg import sql
 
+        if self._claiming is not None:
+            raise RuntimeError(f"{self!r} is open already (consume() opens the queue it gets)")
         table = sql.Identifier(*self._parts)
         self._statements = {
             name: sql.SQL(text).format(table=table)

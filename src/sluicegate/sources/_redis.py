@@ -271,8 +271,11 @@ class RedisStream:
             ConnectionError: the server refused the connection or the
                 credentials, naming the URL (its password hidden).
             ValueError: the key holds something other than a stream.
+            RuntimeError: it is open already.
             ImportError: redis-py is not installed.
         """
+        if self._client is not None:
+            raise RuntimeError(f"{self!r} is open already (consume() opens the queue it gets)")
         try:
             import redis
         except ImportError:  # pragma: no cover - only without the extra
@@ -421,13 +424,14 @@ class RedisStream:
             try:
                 # CLIENT ID first, in the same round trip: it says which
                 # connection to unblock should trio give up on this read.
+                # BLOCK 0 would wait for ever: a read that must not wait has none.
+                wait = ("BLOCK", int(block * 1000)) if block else ()
                 connection.send_packed_command(  # type: ignore[no-untyped-call]
                     connection.pack_commands(  # type: ignore[no-untyped-call]
                         [
                             ("CLIENT", "ID"),
                             ("XREADGROUP", "GROUP", self._group, self._consumer,
-                             "COUNT", limit, "BLOCK", int(block * 1000),
-                             "STREAMS", self._stream, ">"),
+                             "COUNT", limit, *wait, "STREAMS", self._stream, ">"),
                         ]
                     )
                 )  # fmt: skip
