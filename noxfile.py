@@ -61,7 +61,7 @@ def docs(session: nox.Session) -> None:
     )
 
 
-BENCHES = ("run", "service", "trace", "dask", "imports")
+BENCHES = ("run", "service", "queues", "trace", "dask", "imports")
 
 
 @nox.session
@@ -71,7 +71,7 @@ def bench(session: nox.Session) -> None:
     ``nox -s bench`` runs them all; ``nox -s bench -- service --quick`` one,
     with its own arguments.
     """
-    session.install("-e", ".[bench,dask]")
+    session.install("-e", ".[bench,dask,redis,postgres]")
     names, args = list(BENCHES), list(session.posargs)
     if args and args[0] in BENCHES:
         names, args = [args[0]], args[1:]

@@ -341,18 +341,26 @@ class RedisStream:
         if left:
             return left
         now = trio.current_time()
-        if now >= self._reclaim_at or self._stop_when_empty:
-            self._cursor, taken = await self._call(self._reclaim, limit)
-            if self._cursor == "0-0":
-                # A pass over every pending entry is over: the next is due in a while.
-                self._reclaim_at = now + min(self._lease / 2, _MOST_BLOCK)
+        if now >= self._reclaim_at:
+            taken = await self._reclaimed(limit, now)
             if taken:
                 return taken
-        block = 0.0 if self._stop_when_empty else max(self._reclaim_at - now, 0.001)
-        entries = await self._read(limit, block)
-        if entries or not self._stop_when_empty:
+        if not self._stop_when_empty:
+            return await self._read(limit, max(self._reclaim_at - now, 0.001))
+        entries = await self._read(limit, 0.0)
+        if entries:
             return entries
-        return None
+        # Empty only if no dead consumer's entry is ready either.
+        self._cursor = "0-0"
+        return await self._reclaimed(limit, now) or None
+
+    async def _reclaimed(self, limit: int, now: float) -> list[StreamEntry]:
+        """Entries pending longer than the lease (a dead consumer's), from the cursor on."""
+        self._cursor, taken = await self._call(self._reclaim, limit)
+        if self._cursor == "0-0":
+            # A pass over every pending entry is over: the next is due in a while.
+            self._reclaim_at = now + min(self._lease / 2, _MOST_BLOCK)
+        return taken
 
     def _reclaim(self, limit: int) -> tuple[str, list[StreamEntry]]:
         cursor, taken, *_ = self._redis.xautoclaim(
