@@ -37,6 +37,7 @@ import platform
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -96,14 +97,14 @@ class RedisBench:
         count = 0
         while True:
             reply = await trio.to_thread.run_sync(
-                lambda: client.xreadgroup(GROUP, "glue", {NAME: ">"}, count=BATCH)
+                partial(client.xreadgroup, GROUP, "glue", {NAME: ">"}, count=BATCH)
             )
             if not reply:
                 break
             entries = reply[0][1]
             await sluicegate.run_stream(entries, noop_entry, window=WINDOW)
             ids = [entry_id for entry_id, _ in entries]
-            await trio.to_thread.run_sync(lambda: client.xack(NAME, GROUP, *ids))
+            await trio.to_thread.run_sync(partial(client.xack, NAME, GROUP, *ids))
             count += len(entries)
         client.close()
         assert count == n
@@ -114,11 +115,11 @@ class RedisBench:
 
         async def run_and_ack(entry: tuple[str, Any]) -> None:
             await trio.sleep(0)  # noqa: ASYNC115
-            await trio.to_thread.run_sync(lambda: client.xack(NAME, GROUP, entry[0]))
+            await trio.to_thread.run_sync(partial(client.xack, NAME, GROUP, entry[0]))
 
         while True:
             reply = await trio.to_thread.run_sync(
-                lambda: client.xreadgroup(GROUP, "glue", {NAME: ">"}, count=BATCH)
+                partial(client.xreadgroup, GROUP, "glue", {NAME: ">"}, count=BATCH)
             )
             if not reply:
                 break
@@ -140,6 +141,13 @@ FROM (SELECT id FROM {NAME} WHERE lease_until IS NULL ORDER BY id LIMIT {BATCH}
       FOR UPDATE SKIP LOCKED) AS ready
 WHERE q.id = ready.id RETURNING q.id, q.payload
 """
+DELETE_ALL = f"DELETE FROM {NAME} WHERE id = ANY(%s)"
+DELETE_ONE = f"DELETE FROM {NAME} WHERE id = %s"
+
+
+def fetch(connection: psycopg.Connection[Any], statement: Any, params: Any = None) -> list[Any]:
+    cursor = connection.execute(statement, params)
+    return cursor.fetchall() if cursor.description is not None else []
 
 
 class PostgresBench:
@@ -169,40 +177,32 @@ class PostgresBench:
 
     async def hand_batched(self, n: int) -> None:
         connection = await trio.to_thread.run_sync(
-            lambda: psycopg.connect(self.dsn, autocommit=True)
+            partial(psycopg.connect, self.dsn, autocommit=True)
         )
         count = 0
         while True:
-            rows = await trio.to_thread.run_sync(
-                lambda: connection.execute(CLAIM).fetchall()  # type: ignore[call-overload]
-            )
+            rows = await trio.to_thread.run_sync(partial(fetch, connection, CLAIM))
             if not rows:
                 break
             await sluicegate.run_stream(rows, noop_entry, window=WINDOW)
             ids = [row[0] for row in rows]
-            await trio.to_thread.run_sync(
-                lambda: connection.execute(f"DELETE FROM {NAME} WHERE id = ANY(%s)", [ids])  # type: ignore[call-overload]
-            )
+            await trio.to_thread.run_sync(partial(fetch, connection, DELETE_ALL, [ids]))
             count += len(rows)
         connection.close()
         assert count == n
 
     async def per_item(self, n: int) -> None:
         connection = await trio.to_thread.run_sync(
-            lambda: psycopg.connect(self.dsn, autocommit=True)
+            partial(psycopg.connect, self.dsn, autocommit=True)
         )
         count = 0
 
         async def run_and_ack(row: tuple[int, Any]) -> None:
             await trio.sleep(0)  # noqa: ASYNC115
-            await trio.to_thread.run_sync(
-                lambda: connection.execute(f"DELETE FROM {NAME} WHERE id = %s", [row[0]])  # type: ignore[call-overload]
-            )
+            await trio.to_thread.run_sync(partial(fetch, connection, DELETE_ONE, [row[0]]))
 
         while True:
-            rows = await trio.to_thread.run_sync(
-                lambda: connection.execute(CLAIM).fetchall()  # type: ignore[call-overload]
-            )
+            rows = await trio.to_thread.run_sync(partial(fetch, connection, CLAIM))
             if not rows:
                 break
             await sluicegate.run_stream(rows, run_and_ack, window=WINDOW)
@@ -275,7 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     missed: list[str] = []
     with servers(args) as (url, dsn):
-        for label, bench in (("Redis stream", RedisBench(url)), ("PostgreSQL table", PostgresBench(dsn))):
+        for label, bench in (
+            ("Redis stream", RedisBench(url)),
+            ("PostgreSQL table", PostgresBench(dsn)),
+        ):
             rows = measure(bench, n, repeats)
             ours, glue = rows["consume() + run_stream"], rows["hand-batched glue"]
             check(ours, glue, 1.0, "hand-batched")

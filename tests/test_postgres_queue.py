@@ -156,3 +156,20 @@ def test_its_repr_hides_the_password() -> None:
     queue = PostgresQueue("postgresql://me:hunter2@h/db", "jobs", consumer="c1")
     assert repr(queue) == "<PostgresQueue postgresql://me:***@h/db table='jobs' consumer='c1'>"
     assert queue.consumer == "c1" and queue.batch == 64 and queue.lease == 30.0
+
+
+async def test_a_server_lost_mid_stream_is_a_connection_error_naming_it(
+    postgres_dsn: str,
+) -> None:
+    queue = PostgresQueue(postgres_dsn, "jobs", create=True, consumer="doomed")
+    with pytest.raises(RuntimeError, match="is not open: use `async with` or consume"):
+        await queue.claim(1)
+    async with queue:
+        await queue.put(1)
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'sluicegate' AND datname = current_database()"
+            )
+        with pytest.raises(ConnectionError, match=r"^lost the PostgreSQL server at postgresql:"):
+            await queue.claim(1)

@@ -72,6 +72,7 @@ async def test_a_key_that_is_not_a_stream_is_refused_before_any_claim(redis_url:
             r"^url must be a redis://, rediss:// or unix:// URL, not 'http://user:\*\*\*@h/0'$",
         ),
         ({"url": "redis://h:port/0"}, ValueError, r"with a numeric port, not 'redis://h:port/0'"),
+        ({"url": "redis://:pw@[::1/0"}, ValueError, r"numeric port, not 'redis://\*\*\*@\[::1/0'"),
         ({"stream": ""}, ValueError, r"^stream must be a non-empty str, not ''$"),
         ({"group": 3}, TypeError, r"^group must be a non-empty str, not 3$"),
         ({"consumer": ""}, ValueError, r"^consumer must be a non-empty str or None, not ''$"),
@@ -97,6 +98,8 @@ def test_its_repr_hides_the_password() -> None:
     )
     assert stream.consumer == "c1" and stream.batch == 64 and stream.lease == 30.0
     assert RedisStream("redis://h", "jobs", "workers").consumer != stream.consumer
+    in_query = RedisStream("redis://me@h/0?password=hunter2&db=2", "jobs", "workers")
+    assert "redis://me@h/0?password=***&db=2 " in repr(in_query)
 
 
 async def test_fields_that_are_not_utf8_arrive_as_surrogates(redis_url: str) -> None:
@@ -165,3 +168,51 @@ async def test_a_consumer_holding_nothing_leaves_the_group_when_it_closes(redis_
             await run_stream(feed, run, window=1, drain=drain)
     names = [consumer["name"] for consumer in client(redis_url).xinfo_consumers("jobs", "workers")]
     assert names == []  # c1 left; the producer never claimed, so never joined
+
+
+async def test_a_claim_cancelled_while_it_reads_loses_nothing(
+    redis_url: str, mock_clock: trio.testing.MockClock
+) -> None:
+    # trio's clock stands still, so after the first claim no look for a dead
+    # consumer's entries is due: every claim goes straight to the blocking read.
+    async with RedisStream(redis_url, "jobs", "workers", consumer="a") as a:
+        await a.put({"n": "0"})
+        (first,) = await a.claim(1) or []
+        ids = await a.put(*({"n": str(i)} for i in range(1, 4)))
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await a.claim(3)  # the read happens all the same, in its thread
+        # What it read is not lost, nor left to its lease: the next claim has it.
+        again = await a.claim(3) or []
+        assert [entry.id for entry in again] == ids
+        more = await a.put({"n": "4"})
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await a.claim(3)
+        await a.acknowledge([first, *again])
+    # Closing released what the last cancelled read took.
+    async with RedisStream(redis_url, "jobs", "workers", consumer="b", lease=3600) as b:
+        taken = await b.claim(8) or []
+        assert [entry.id for entry in taken] == more and taken[0].redelivered
+
+
+async def test_a_server_lost_mid_stream_is_a_connection_error_naming_it(
+    redis_url: str, mock_clock: trio.testing.MockClock
+) -> None:
+    admin = client(redis_url)
+    admin.acl_setuser("doomed", enabled=True, passwords=["+doomed-pw"], keys="*",
+                      commands=["+@all"])  # fmt: skip
+    url = redis_url.replace(redis_url.split("@")[0], "redis://doomed:doomed-pw")
+    stream = RedisStream(url, "jobs", "workers")
+    with pytest.raises(RuntimeError, match="is not open: use `async with` or consume"):
+        await stream.claim(1)
+    async with stream:
+        await stream.put({"n": "0"})
+        assert len(await stream.claim(1) or []) == 1
+        admin.acl_deluser("doomed")  # drops its connections; reconnecting fails
+        with pytest.raises(
+            ConnectionError, match=r"^lost the Redis server at redis://doomed:\*\*\*@"
+        ):
+            await stream.claim(1)
+        with pytest.raises(ConnectionError, match="lost the Redis server"):
+            await stream.put({"n": "1"})

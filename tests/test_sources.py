@@ -59,6 +59,7 @@ class Leases:
         self.opened = self.closed = 0
         # Knobs for misbehaviour.
         self.fail_acknowledge: Exception | None = None
+        self.fail_release: list[Exception] = []  # raised by the next releases, in turn
         self.lose: set[int] = set()
 
     async def open(self) -> None:
@@ -98,6 +99,8 @@ class Leases:
     async def release(self, items: Sequence[Job]) -> None:
         assert 1 <= len(items) <= self.batch
         await trio.sleep(ROUND_TRIP)
+        if self.fail_release:
+            raise self.fail_release.pop(0)
         self.releases.append([job.id for job in items])
         for job in items:
             if self.held.pop(job.id, None) is not None:
@@ -476,3 +479,81 @@ def test_every_claimed_item_is_acknowledged_or_released_once(
     # Leases are renewed while runs last, so no item was claimed twice.
     claimed = [item for _, taken in queue.claims for item in taken]
     assert len(claimed) == len(set(claimed))
+
+
+async def test_a_release_that_fails_in_a_drain_is_tried_again_when_the_block_ends(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = Leases(100, batch=16, lease=3600)
+    queue.fail_release = [ConnectionError("blip")]
+    drain = Drain()
+
+    async def run(job: Job) -> None:
+        await trio.sleep(0.0001)
+        if job.id == 40:
+            drain.request()
+
+    with caplog.at_level(logging.WARNING, logger="sluicegate"):
+        async with consume(queue) as feed:
+            await run_stream(feed, run, window=1, drain=drain)
+            assert feed.statistics().waiting > 0  # the drain could not give them back
+    assert "could not release" in caplog.text and "blip" in caplog.text
+    stats = feed.statistics()
+    assert stats.waiting == 0 and stats.released > 0 and invariant_holds(stats)
+    assert queue.held == {}
+
+
+async def test_a_release_that_fails_at_the_end_fails_the_block(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = Leases(20, batch=16, lease=3600)
+    queue.fail_release = [ConnectionError("gone")] * 3
+
+    async def run(job: Job) -> None:
+        if job.id == 5:
+            raise ValueError("bad item")
+
+    with pytest.raises(ValueError, match="bad item"):
+        async with consume(queue) as feed:
+            await run_stream(feed, run, window=2)
+    with pytest.raises(ConnectionError, match="gone"):
+        async with consume(Leases(20, batch=16, lease=3600), acknowledge="manual") as feed:
+            feed.queue.fail_release = [ConnectionError("gone")] * 3  # type: ignore[attr-defined]
+            async with open_stream(feed, _identity, window=2) as results:
+                async for _ in results:
+                    break  # leaves items handed out, never acknowledged
+    assert "could not release" in caplog.text
+
+
+async def test_closing_gives_up_after_a_while_and_says_so(autojump_clock: Any) -> None:
+    queue = Leases(10, batch=16, lease=3600)
+
+    async def hang(items: Sequence[Job]) -> None:
+        await trio.sleep_forever()
+
+    queue.acknowledge = hang  # type: ignore[method-assign]
+    drain = Drain()
+    ran = 0
+
+    async def run(job: Job) -> None:
+        nonlocal ran
+        ran += 1
+        if ran == 10:
+            drain.request()
+
+    start = trio.current_time()
+    with pytest.raises(TimeoutError, match="did not finish within 10 s"):
+        async with consume(queue) as feed:
+            await run_stream(feed, run, window=2, drain=drain)
+    assert trio.current_time() - start < 30
+
+
+async def test_a_feed_names_its_queue(autojump_clock: Any) -> None:
+    queue = Leases(1)
+    async with consume(queue) as feed:
+        assert feed.queue is queue
+        assert repr(feed) == f"<Feed of {queue!r}, open>"
+        stream, _ = feed.bind_run(_identity)
+        assert repr(stream) == f"<stream of {feed!r}, 0 waiting>"
+        await stream.aclose()  # type: ignore[attr-defined]
+    assert repr(feed) == f"<Feed of {queue!r}, closed>"

@@ -259,11 +259,22 @@ class Feed(Generic[T]):
                 error = await self._close_out()
                 if error is not None:
                     raise error
-        finally:
-            self._state = "closed"
-            with trio.CancelScope(shield=True) as scope:
-                scope.deadline = trio.current_time() + CLOSE_TIMEOUT
+        except BaseException as exc:
+            await self._close_queue(exc)
+            raise
+        await self._close_queue(None)
+
+    async def _close_queue(self, exc: BaseException | None) -> None:
+        """Close the queue, shielded; a failure is raised only if nothing else is on its way."""
+        self._state = "closed"
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + CLOSE_TIMEOUT
+            try:
                 await self._queue.aclose()
+            except Exception as close_exc:
+                if exc is None:
+                    raise
+                exc.add_note(f"sluicegate: closing the queue also failed: {close_exc!r}")
 
     async def _close_out(self) -> Exception | None:
         """Acknowledge what settled, release what is left; the first error, not raised."""

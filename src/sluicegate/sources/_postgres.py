@@ -190,6 +190,7 @@ class PostgresQueue:
         self._delete = check_flag(delete, "delete")
         self._stop_when_empty = check_flag(stop_when_empty, "stop_when_empty")
         try:
+            from psycopg import sql
             from psycopg.conninfo import conninfo_to_dict
         except ImportError:  # pragma: no cover - only without the extra
             raise ImportError(
@@ -212,7 +213,14 @@ class PostgresQueue:
         self._answering: psycopg.Connection[Any] | None = None
         self._claiming_lock = trio.Lock()
         self._answering_lock = trio.Lock()
-        self._statements: dict[str, sql.Composed] = {}
+        table_name = sql.Identifier(*parts)
+        self._statements = {
+            name: sql.SQL(text).format(table=table_name)
+            for name, text in (
+                ("claim", _CLAIM), ("delete", _DELETE), ("done", _MARK_DONE),
+                ("release", _RELEASE), ("renew", _RENEW), ("check", _CHECK), ("put", _PUT),
+            )
+        }  # fmt: skip
 
     @property
     def batch(self) -> int:
@@ -285,18 +293,9 @@ class PostgresQueue:
             RuntimeError: it is open already.
         """
         import psycopg
-        from psycopg import sql
 
         if self._claiming is not None:
             raise RuntimeError(f"{self!r} is open already (consume() opens the queue it gets)")
-        table = sql.Identifier(*self._parts)
-        self._statements = {
-            name: sql.SQL(text).format(table=table)
-            for name, text in (
-                ("claim", _CLAIM), ("delete", _DELETE), ("done", _MARK_DONE),
-                ("release", _RELEASE), ("renew", _RENEW), ("check", _CHECK), ("put", _PUT),
-            )
-        }  # fmt: skip
         connections: list[psycopg.Connection[Any]] = []
 
         def connect() -> None:

@@ -116,5 +116,9 @@ class LeasedQueue(Protocol[T]):
         ...
 
     async def aclose(self) -> None:
-        """Close the connection. Called once, last, however the consumer ends."""
+        """Close the connection.
+
+        Called once, last, however the consumer ends, even when :meth:`open`
+        failed: it must cope with a queue that never opened.
+        """
         ...

@@ -25,6 +25,7 @@ import outcome
 import trio
 
 from .._checks import check_count, check_flag, check_seconds
+from .._util import logger
 from ._address import shown
 
 if TYPE_CHECKING:
@@ -222,7 +223,11 @@ class RedisStream:
         # reading thread and the claim, in turn (see _Read).
         self._left: list[StreamEntry] = []
         self._left_lock = threading.Lock()
-        self._last_read: _Read | None = None
+        # Set when the thread of the last read trio gave up on is over: a
+        # claim or the close waits for it, then finds what it read in _left.
+        # Written by _read alone.
+        self._abandoned_read = trio.Event()
+        self._abandoned_read.set()
 
     @property
     def batch(self) -> int:
@@ -335,6 +340,8 @@ class RedisStream:
         and returns ``[]`` if none came; with ``stop_when_empty``, returns
         ``None`` instead of waiting.
         """
+        if not self._abandoned_read.is_set():
+            await self._abandoned_read.wait()
         with self._left_lock:
             left = self._left[:limit]
             del self._left[:limit]
@@ -387,7 +394,7 @@ class RedisStream:
         """
         import redis
 
-        read = self._last_read = _Read()
+        read = _Read()
         done = trio.Event()
         token = trio.lowlevel.current_trio_token()
 
@@ -403,6 +410,7 @@ class RedisStream:
         try:
             await done.wait()
         except trio.Cancelled:
+            self._abandoned_read = done
             with read.lock:
                 read.abandoned = True
                 taken, read.entries = read.entries, None
@@ -498,9 +506,8 @@ class RedisStream:
         if client is None:
             return
         try:
-            read = self._last_read
-            if read is not None and not read.finished.is_set():
-                await trio.to_thread.run_sync(read.finished.wait, _REPLY_TIMEOUT)
+            with trio.move_on_after(_REPLY_TIMEOUT):
+                await self._abandoned_read.wait()
             with self._left_lock:
                 left, self._left = self._left, []
             if left:
@@ -510,6 +517,10 @@ class RedisStream:
                     self._forget, keys=[self._stream], args=[self._group, self._consumer]
                 )
             )
+        except ConnectionError as exc:
+            # Said already by whatever met the lost server first; what this
+            # consumer still holds comes back after its lease.
+            logger.warning("closing %r: %s", self, exc)
         finally:
             self._client = None
             client.close()
