@@ -3,7 +3,8 @@
 Run it with ``python bench/queues.py`` (``--quick`` for a smoke-sized run).
 It starts a redis-server and a PostgreSQL of its own (tests/servers.py, the
 tests' fixtures; Debian's redis-server and postgresql-15 must be installed),
-or uses yours (``--redis-url``, ``--postgres-dsn``; it creates and drops a
+PostgreSQL with its defaults (every commit waits for the disk, as in
+production; the tests' servers do not wait), or uses yours (``--redis-url``, ``--postgres-dsn``; it creates and drops a
 stream and a table named ``sluicegate_bench``).
 
 Rows (issue 31), for each server, each over a backlog of no-op items
@@ -245,7 +246,7 @@ def measure(bench: Any, n: int, repeats: int) -> dict[str, Row]:
 def servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     with contextlib.ExitStack() as stack:
         url = args.redis_url or stack.enter_context(running_redis()).url(1)
-        dsn = args.postgres_dsn or stack.enter_context(running_postgres()).dsn()
+        dsn = args.postgres_dsn or stack.enter_context(running_postgres(durable=True)).dsn()
         yield url, dsn
 
 

@@ -176,12 +176,15 @@ def _as(owner: str | None, argv: list[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def running_postgres() -> Iterator[PostgresServer]:
+def running_postgres(*, durable: bool = False) -> Iterator[PostgresServer]:
     """Start a PostgreSQL cluster for the block; stop it and remove its directory after.
 
-    The cluster is made for tests: no fsync, TCP on 127.0.0.1 only, password
-    (SCRAM) authentication, and ``pg_stat_statements`` loaded so that a test
-    can count the statements a client sent.
+    The cluster listens on 127.0.0.1 only, takes passwords (SCRAM), and has
+    ``pg_stat_statements`` loaded so that a test can count the statements a
+    client sent. For the tests it does not wait for the disk (no fsync, no
+    synchronous commit); ``durable=True`` keeps PostgreSQL's defaults, so
+    every commit waits for its WAL to reach the disk, as in production (what
+    the benchmark measures against).
 
     Raises:
         RuntimeError: the cluster could not be made or started (the output says why).
@@ -207,8 +210,12 @@ def running_postgres() -> Iterator[PostgresServer]:
             conf.write(
                 "listen_addresses = '127.0.0.1'\n"
                 "unix_socket_directories = ''\n"
-                "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"
-                "max_connections = 200\n"
+                + (
+                    ""
+                    if durable
+                    else "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"
+                )
+                + "max_connections = 200\n"
                 "shared_preload_libraries = 'pg_stat_statements'\n"
                 "pg_stat_statements.track_utility = off\n"
             )

@@ -179,8 +179,8 @@ class Feed(Generic[T]):
         self._auto = acknowledge == "returned"
         self._on_released = on_released
         self._lifetime: AbstractAsyncContextManager[Feed[T]] | None = None
-        # "new" until entered, "open" in the block, "closed" after it. Only
-        # __aenter__ and _open write it. Invariant: items are claimed and
+        # "new" until entered, "open" in the block, "closed" after it.
+        # Written by _open and _close_queue. Invariant: items are claimed and
         # acknowledged only while "open".
         self._state: Literal["new", "open", "closed"] = "new"
         # Claimed items never handed out, and handed-out items not yet
@@ -198,7 +198,7 @@ class Feed(Generic[T]):
         self._sending: list[T] = []
         # How many items the next claim asks for, how long the last claim
         # that got all it asked for took, and when the last claim returned
-        # (trio's clock): see _limit. Written by _claim alone.
+        # (trio's clock): see _claim_size. Written by _claim alone.
         # Invariant: 1 <= _size <= batch.
         self._size = 1
         self._round_trip = 0.0
@@ -444,7 +444,7 @@ class Feed(Generic[T]):
 
     # -- claiming -------------------------------------------------------------------
 
-    def _limit(self, now: float) -> int:
+    def _claim_size(self, now: float) -> int:
         """How many items to claim now: about what the stream starts in one round trip.
 
         A claim is made when the stream pulls and nothing claimed is left,
@@ -470,7 +470,7 @@ class Feed(Generic[T]):
         """Claim into ``into``; False when the queue has ended."""
         async with self._claim_lock:
             started = trio.current_time()
-            limit = self._limit(started)
+            limit = self._claim_size(started)
             items = await self._queue.claim(limit)
             # From here to the return nothing awaits, so a cancellation
             # cannot come between the claim and the bookkeeping.

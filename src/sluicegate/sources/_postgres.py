@@ -131,7 +131,11 @@ class PostgresQueue:
       released, or whose lease ended), ``batch`` at most, in one statement
       (``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)``), sets
       ``claimed_by`` and ``lease_until``, and counts ``deliveries``. When no
-      row is ready, the consumer looks again every ``poll`` seconds.
+      row is ready, the consumer looks again every ``poll`` seconds. Claims
+      are committed without waiting for the disk (``synchronous_commit =
+      off`` on the claiming connection): a server crash may forget one, and
+      the row is then claimed again, as after a lost lease (at-least-once,
+      never lost); acknowledgements wait for the disk.
     * Acknowledging deletes the rows (``delete=True``, the default) or sets
       their ``done_at``, ``batch`` rows a statement.
     * A live consumer renews its rows' ``lease_until``; releasing clears
@@ -308,10 +312,14 @@ class PostgresQueue:
                         application_name="sluicegate",
                     )
                 )
-            first = connections[0]
+            claiming = connections[0]
             if self._create:
-                first.execute(_schema(self._parts))
-            first.execute(self._statements["check"])
+                claiming.execute(_schema(self._parts))
+            claiming.execute(self._statements["check"])
+            # A claim need not wait for the disk: a server crash that forgot
+            # one leaves the row to be claimed again (at-least-once, as after
+            # a lost lease), never lost. Acknowledgements still wait for it.
+            claiming.execute("SET synchronous_commit = off")
 
         try:
             await trio.to_thread.run_sync(connect)

@@ -122,7 +122,8 @@ class RedisStream:
     Pass it to :func:`~sluicegate.sources.consume`; runs get
     :class:`StreamEntry` items. Several consumers (processes, hosts) may
     read the same group; each entry goes to one of them. Needs the ``redis``
-    extra (``pip install 'sluicegate[redis]'``).
+    extra (``pip install 'sluicegate[redis]'``) and Redis 6.2 or later (for
+    ``XAUTOCLAIM``); Redis Cluster is not supported.
 
     * The group is created when missing (with the stream, if that is missing
       too), reading from ``start``.
