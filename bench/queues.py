@@ -4,8 +4,9 @@ Run it with ``python bench/queues.py`` (``--quick`` for a smoke-sized run).
 It starts a redis-server and a PostgreSQL of its own (tests/servers.py, the
 tests' fixtures; Debian's redis-server and postgresql-15 must be installed),
 PostgreSQL with its defaults (every commit waits for the disk, as in
-production; the tests' servers do not wait), or uses yours (``--redis-url``, ``--postgres-dsn``; it creates and drops a
-stream and a table named ``sluicegate_bench``).
+production; the tests' servers do not wait), or uses yours (``--redis-url``,
+``--postgres-dsn``; it creates and drops a stream and a table named
+``sluicegate_bench``).
 
 Rows (issue 31), for each server, each over a backlog of no-op items
 (``await trio.sleep(0)``) filled before the timing starts, window 64, until
