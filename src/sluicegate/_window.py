@@ -287,8 +287,10 @@ class Window:
 
         The dispatcher calls it once for every run that returned or raised
         (not for one cut by cancellation), with its duration on trio's clock;
-        the retry loop calls it for each failed attempt. An adaptive window
-        sizes itself from these. It must be quick and must not raise.
+        the retry loop calls it for each failed attempt, with the time since
+        the run's first attempt began (``now - elapsed`` is when the run
+        began, either way). An adaptive window sizes itself from these. It
+        must be quick and must not raise.
         """
 
     def _subscribe(self, grew: Callable[[], None]) -> None:
