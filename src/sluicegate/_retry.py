@@ -21,6 +21,7 @@ import trio
 from ._checks import check_count, check_seconds
 from ._overload import retry_after
 from ._runner import CURRENT_WINDOW, Drain
+from ._window import Window
 
 __all__ = ["Attempts", "CutShort", "Retry", "attempt"]
 
@@ -278,7 +279,11 @@ async def attempt(
         if window is not None:
             # Timed from the run's first attempt, not this one's: a retry of a
             # run that began before the window last shrank is no news to it.
-            window.observe(trio.current_time() - began, error)
+            elapsed = trio.current_time() - began
+            if isinstance(window, Window):
+                window.observe(elapsed, error, attempt=len(failures))
+            else:
+                window.observe(elapsed, error)  # a window object of the user's own
         if retry is None:
             return Attempts(outcome.Error(error), len(failures), tuple(failures[:-1]))
         try:
