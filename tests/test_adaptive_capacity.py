@@ -7,7 +7,7 @@ capacity with a 429 and ``Retry-After: 1``. bench/adaptive.py prints the same ro
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import pytest
 import trio
@@ -23,7 +23,7 @@ def measure(
     seconds: float,
     *,
     settle: float = 0.0,
-    events: dict[float, Callable[[], object]] | None = None,
+    events: Mapping[float, Callable[[], object]] | None = None,
 ) -> Drive:
     async def main() -> Drive:
         return await drive(upstream, window, seconds, settle=settle, events=events)

@@ -17,7 +17,10 @@ import trio.testing
 from sluicegate import AdaptiveWindow, Window
 from upstream import Drive, SimulatedUpstream, drive
 
-CALLS = {"1 s": (1.0, 1.0), "0.3-6 s": ((0.3, 6.0), 3.15)}
+CALLS: dict[str, tuple[float | tuple[float, float], float]] = {
+    "1 s": (1.0, 1.0),
+    "0.3-6 s": ((0.3, 6.0), 3.15),
+}
 
 
 def measure(window: Window, capacity: int, call_time: float | tuple[float, float]) -> Drive:

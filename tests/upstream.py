@@ -34,7 +34,7 @@ import itertools
 import json
 import random
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -309,7 +309,7 @@ async def drive(
     *,
     settle: float = 0.0,
     retry: Retry = RETRY,
-    events: dict[float, Callable[[], object]] | None = None,
+    events: Mapping[float, Callable[[], object]] | None = None,
 ) -> Drive:
     """Keep ``upstream`` busy through ``window`` for ``seconds`` of trio time.
 
