@@ -37,7 +37,9 @@ def succeed(window: Window, count: int, elapsed: float = 0.1) -> None:
     fill(window)
 
 
-def fail(window: Window, error: BaseException, elapsed: float = 0.1, attempt: int = 2) -> None:
+def fail(
+    window: AdaptiveWindow, error: BaseException, elapsed: float = 0.1, attempt: int = 2
+) -> None:
     """A run refused again on its retry (the second attempt, by default): an overload."""
     fill(window)
     window.observe(elapsed, error, attempt=attempt)

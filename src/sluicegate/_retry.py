@@ -18,10 +18,10 @@ import attrs
 import outcome
 import trio
 
+from ._adaptive import AdaptiveWindow
 from ._checks import check_count, check_seconds
 from ._overload import retry_after
 from ._runner import CURRENT_WINDOW, Drain
-from ._window import Window
 
 __all__ = ["Attempts", "CutShort", "Retry", "attempt"]
 
@@ -280,10 +280,11 @@ async def attempt(
             # Timed from the run's first attempt, not this one's: a retry of a
             # run that began before the window last shrank is no news to it.
             elapsed = trio.current_time() - began
-            if isinstance(window, Window):
+            if isinstance(window, AdaptiveWindow):
+                # Which attempt: a run refused again is told from two refused once.
                 window.observe(elapsed, error, attempt=len(failures))
             else:
-                window.observe(elapsed, error)  # a window object of the user's own
+                window.observe(elapsed, error)
         if retry is None:
             return Attempts(outcome.Error(error), len(failures), tuple(failures[:-1]))
         try:

@@ -282,15 +282,15 @@ class Window:
         if self._waiters:
             self._grant()
 
-    def observe(self, elapsed: float, error: BaseException | None, *, attempt: int = 1) -> None:
+    def observe(self, elapsed: float, error: BaseException | None) -> None:
         """Hear how one run, or one attempt inside it, ended; the base window ignores it.
 
         The dispatcher calls it once for every run that returned or raised
         (not for one cut by cancellation), with its duration on trio's clock;
         the retry loop calls it for each failed attempt, with the time since
         the run's first attempt began (``now - elapsed`` is when the run
-        began, either way) and which ``attempt`` of the run it was (from 1).
-        An adaptive window sizes itself from these. It must be quick and
+        began, either way). An adaptive window sizes itself from these (and
+        hears from the retry loop which attempt it was). It must be quick and
         must not raise.
         """
 
