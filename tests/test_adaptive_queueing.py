@@ -25,7 +25,7 @@ CALLS: dict[str, tuple[float | tuple[float, float], float]] = {
 
 def measure(window: Window, capacity: int, call_time: float | tuple[float, float]) -> Drive:
     upstream = SimulatedUpstream(capacity, call_time=call_time, queue=True, seed=capacity)
-    seconds = 600 if capacity < 32 else 300
+    seconds = 1200 if capacity < 32 else 300
 
     async def main() -> Drive:
         return await drive(upstream, window, seconds)

@@ -265,8 +265,8 @@ class AdaptiveWindow(Window):
         self._baselines: collections.deque[tuple[float, float]] = collections.deque(
             maxlen=_BASELINES
         )
-        # (when, mean run time) of the latest low rounds; the baseline is the
-        # lowest of them.
+        # (when, mean run time) of the latest low rounds; the baseline is
+        # their mean.
         self._cohort: list[float] = []
         # Run times of the runs that began before the first one ended.
         self._cohort_time = math.inf
@@ -331,7 +331,9 @@ class AdaptiveWindow(Window):
         """With ``latency=``: the unloaded mean run time it measured, in seconds; else None."""
         if not self._baselines:
             return self._provisional
-        return min(mean for _, mean in self._baselines)
+        # Their mean: each was measured unqueued, and the lowest of a few
+        # noisy means is biased low.
+        return math.fsum(mean for _, mean in self._baselines) / len(self._baselines)
 
     def _check_size(self, size: object) -> int:
         size = check_count(size, "size", minimum=1)
