@@ -94,7 +94,35 @@ async def test_an_exception_from_on_outcome_fails_the_service() -> None:
 # -- the journal -------------------------------------------------------------------------
 
 
-async def test_a_restart_skips_what_finished_and_hands_back_the_record(tmp_path: Path) -> None:
+def feed(kind: str, items: list[int]) -> Any:
+    """``items`` from a list, an async generator or a filled memory channel.
+
+    Keys are looked up together for items waiting in a channel, one at a
+    time otherwise: the journal's promises hold for both.
+    """
+    if kind == "list":
+        return items
+    if kind == "channel":
+        send, receive = trio.open_memory_channel[int](len(items))
+        for item in items:
+            send.send_nowait(item)
+        send.close()
+        return receive
+
+    async def generate() -> AsyncIterator[int]:
+        for item in items:
+            yield item
+
+    return generate()
+
+
+FEEDS = ["list", "generator", "channel"]
+
+
+@pytest.mark.parametrize("kind", FEEDS)
+async def test_a_restart_skips_what_finished_and_hands_back_the_record(
+    tmp_path: Path, kind: str
+) -> None:
     path = tmp_path / "journal.db"
     first = await serve(range(6), fail_on_threes, window=2, key=str, journal=path, signals=())
     assert (first.ok, first.failed) == (4, 2)
@@ -107,8 +135,9 @@ async def test_a_restart_skips_what_finished_and_hands_back_the_record(tmp_path:
 
     outcomes = Outcomes()
     second = await serve(
-        range(8), tracked, window=2, key=str, journal=path, on_outcome=outcomes, signals=()
-    )
+        feed(kind, list(range(8))), tracked, window=2, key=str, journal=path,
+        on_outcome=outcomes, signals=(),
+    )  # fmt: skip
     assert sorted(ran) == [6, 7]  # only the new items ran
     assert (second.ok, second.failed, second.skipped) == (1, 1, 6)
     heard = outcomes.by_item()
@@ -124,7 +153,8 @@ async def test_a_restart_skips_what_finished_and_hands_back_the_record(tmp_path:
     assert not heard[6].skipped and not heard[6].ok
 
 
-async def test_rerun_errors_runs_dead_letters_again(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", FEEDS)
+async def test_rerun_errors_runs_dead_letters_again(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "journal.db"
     await serve(range(4), fail_on_threes, window=2, key=str, journal=path, signals=())
     ran: list[int] = []
@@ -134,8 +164,9 @@ async def test_rerun_errors_runs_dead_letters_again(tmp_path: Path) -> None:
         return n
 
     report = await serve(
-        range(4), fixed, window=2, key=str, journal=path, rerun_errors=True, signals=()
-    )
+        feed(kind, list(range(4))), fixed, window=2, key=str, journal=path, rerun_errors=True,
+        signals=(),
+    )  # fmt: skip
     assert sorted(ran) == [0, 3]
     assert (report.ok, report.skipped) == (2, 2)
     assert Journal(path).counts() == {"ok": 4, "error": 0}
@@ -319,15 +350,17 @@ async def test_the_rate_limit_bounds_starts(autojump_clock: trio.testing.MockClo
     assert starts == pytest.approx([0.0, 0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75])
 
 
+@pytest.mark.parametrize("kind", FEEDS)
 async def test_skipped_items_take_no_token(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, kind: str
 ) -> None:
     path = tmp_path / "journal.db"
     await serve(range(50), double, window=8, key=str, journal=path, signals=())
     before = trio.current_time()
     report = await serve(
-        range(53), double, window=8, key=str, journal=path, rate=RateLimit(1), signals=()
-    )
+        feed(kind, list(range(53))), double, window=8, key=str, journal=path,
+        rate=RateLimit(1), signals=(),
+    )  # fmt: skip
     assert (report.skipped, report.ok) == (50, 3)
     # Three starts at one a second (0, 1, 2), and the pull that finds the end
     # waits its turn (3) and gives its token back: not 52 s.

@@ -126,10 +126,11 @@ class Batch:
 class OpenJournal(Protocol):
     """A journal as a running service holds it: what :func:`~sluicegate.serve` uses.
 
-    Lookups are synchronous and quick (the trio thread asks them per item);
-    rows are queued and committed in groups by :meth:`run`, a task of the
-    service; each commit calls the ``Durable`` callback the journal was opened
-    with. A store other than SQLite joins ``serve()`` by giving these.
+    Lookups are synchronous and quick (the trio thread asks them as items
+    are taken); rows are queued and committed in groups by :meth:`run`, a
+    task of the service, and each commit tells the ``Durable`` callback the
+    journal was opened with what it made durable. A store other than SQLite
+    joins ``serve()`` by giving these, with :class:`JournalWriter`'s meaning.
     """
 
     @property
@@ -137,30 +138,35 @@ class OpenJournal(Protocol):
         """How messages name the journal (its path)."""
 
     def statuses(self, keys: list[str]) -> dict[str, str]:
-        """The status of each of ``keys`` that is committed, in one read."""
-        stored = list(map(stored_key, keys))
-        rows = self._lookups.execute(statuses_query(len(stored)), stored).fetchall()
-        # Most keys a service looks up are new: nothing found, nothing to convert.
-        return {loaded_key(name): status for name, status in rows} if rows else {}
+        """``"ok"`` or ``"error"`` for each of ``keys`` that is committed."""
 
-    def entry(self, key: str) -> JournalEntry | None: ...
+    def entry(self, key: str) -> JournalEntry | None:
+        """What is committed for ``key``, or None."""
 
-    def add_ok(self, row: OkRow, attached: object) -> Batch: ...
+    def add_ok(self, row: OkRow, attached: object) -> Batch:
+        """Queue a success; ``attached`` goes to the ``Durable`` callback once it is committed."""
 
-    def add_error(self, row: ErrorRow, attached: object) -> Batch: ...
+    def add_error(self, row: ErrorRow, attached: object) -> Batch:
+        """Queue a failure, likewise."""
 
     @property
-    def backlogged(self) -> bool: ...
+    def backlogged(self) -> bool:
+        """Whether so many rows wait that whoever adds one should wait for its commit."""
 
-    def hurry(self, batch: Batch) -> None: ...
+    def hurry(self, batch: Batch) -> None:
+        """Make ``batch``'s commit due at once."""
 
-    async def committed(self, batch: Batch) -> None: ...
+    async def committed(self, batch: Batch) -> None:
+        """Return once ``batch`` is committed."""
 
-    async def run(self) -> None: ...
+    async def run(self) -> None:
+        """Commit queued rows until cancelled (the service's writer task)."""
 
-    async def flush(self) -> None: ...
+    async def flush(self) -> None:
+        """Commit what is queued now."""
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Let go of the journal."""
 
 
 class JournalWriter:
@@ -227,9 +233,10 @@ class JournalWriter:
 
     def statuses(self, keys: list[str]) -> dict[str, str]:
         """The status of each of ``keys`` that is committed, in one read."""
-        stored = [stored_key(key) for key in keys]
+        stored = list(map(stored_key, keys))
         rows = self._lookups.execute(statuses_query(len(stored)), stored).fetchall()
-        return {loaded_key(name): status for name, status in rows}
+        # Most keys a service looks up are new: nothing found, nothing to convert.
+        return {loaded_key(name): status for name, status in rows} if rows else {}
 
     def entry(self, key: str) -> JournalEntry | None:
         """The entry committed for ``key``, or None."""
