@@ -78,6 +78,7 @@ class Journal:
             raise TypeError(f"a journal is a path, not {type(path).__name__}")
         if synchronous not in ("normal", "full"):
             raise ValueError(f'synchronous must be "normal" or "full", not {synchronous!r}')
+        # A journal is a value: its path and durability are set here, never changed.
         self.path: Path = Path(path)
         self.synchronous: Synchronous = synchronous
 
@@ -327,6 +328,7 @@ class _Trim:
     """
 
     def __init__(self, db: sqlite3.Connection, before: float, *, errors: bool) -> None:
+        # The connection and what to forget: set here, never changed.
         self._db = db
         self._before = before
         self._which = "" if errors else " AND status = 'ok'"

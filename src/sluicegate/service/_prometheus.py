@@ -31,7 +31,7 @@ class _ServeCollector:
     """A ``prometheus_client`` custom collector over the registry of running services."""
 
     def __init__(self, namespace: str) -> None:
-        self._prefix = f"{namespace}_serve" if namespace else "serve"
+        self._prefix = f"{namespace}_serve" if namespace else "serve"  # set here, never changed
 
     def describe(self) -> list[Any]:
         # Without describe(), registering would call collect() once to learn

@@ -300,6 +300,7 @@ class _Admission(Generic[T]):
     """
 
     def __init__(self, service: _Service[T], source: Any) -> None:
+        # Set here, never changed: this holds no state of its own.
         self._service = service
         self._source = source
 
@@ -362,6 +363,8 @@ class _Tickets(Generic[T]):
         # that raised on an item taken with them, last, raised in its turn.
         # Written by __anext__ and _take() only.
         self._ready: deque[_Ticket[T] | Exception] = deque()
+        # The source, as exactly one of the two (and the channel, when it is
+        # one): set here, never changed; aclose() closes it.
         self._channel: trio.MemoryReceiveChannel[T] | None = None
         self._async: AsyncIterator[T] | None = None
         self._sync: Iterator[T] | None = None
@@ -444,7 +447,7 @@ class _Numbering:
     """The caller's recorder, told of items rather than tickets."""
 
     def __init__(self, inner: Recorder) -> None:
-        self._inner = inner
+        self._inner = inner  # set here, never changed
 
     def pulled(self, index: int, ticket: Any, /) -> None:
         self._inner.pulled(index, ticket.item)
@@ -466,6 +469,8 @@ class _Service(Generic[T]):
     """One call of :func:`serve`: its settings, counters, journal and the per-item steps."""
 
     def __init__(self, source: Any, settings: Settings[T]) -> None:
+        # The call's source and settings, and what the steps read of them on
+        # every item: set here, never changed.
         self.source = source
         self.settings = settings
         self.drain = settings.drain
@@ -492,9 +497,9 @@ class _Service(Generic[T]):
         self.retrying = self.counters.retrying
         # Invariant: a key is here, with its ticket, from the moment its item
         # is admitted to run until its outcome is durable (or it ended without
-        # one): at most a window and a backlog of keys. Written by look_up()
-        # (admitted) and released() alone. Without a journal there is no
-        # identity to check, and it stays empty.
+        # one): at most a window and a backlog of keys. Written by runs()
+        # (admitted), durable() and cut_short() alone. Without a journal
+        # there is no identity to check, and it stays empty.
         self.flights: dict[str, _Ticket[T]] = {}
         # Invariant: set once, by run_until_stopped(), before any item is
         # admitted: the nursery skipped items' on_outcome calls run in, and the
@@ -553,7 +558,7 @@ class _Service(Generic[T]):
         assert ticket.state is _LOOKED_UP
         status = ticket.status
         name = ticket.key
-        assert name is not None and name not in self.flights
+        assert name is not None
         if status is None or (status == "error" and self.rerun_errors):
             self.flights[name] = ticket
             return True
@@ -716,9 +721,9 @@ class _Service(Generic[T]):
         flights = self.flights
         if flights:
             for ticket in tickets:
-                name = ticket.key
-                if flights.get(name) is ticket:  # type: ignore[arg-type]
-                    del flights[name]  # type: ignore[arg-type]
+                # A durable ticket is the one in flight for its key, if any: a
+                # copy is admitted only once it is out (see look_up()).
+                flights.pop(ticket.key, None)  # type: ignore[arg-type]
                 if ticket.waiters is not None:
                     ticket.waiters.set()
 
@@ -908,7 +913,7 @@ class _GaveUpOn(SampleSource[Any, Any]):
     """
 
     def __init__(self, inner: SampleSource[Any, Any]) -> None:
-        self._inner = inner
+        self._inner = inner  # set here, never changed
 
     @staticmethod
     def fits(source: object) -> bool:

@@ -236,6 +236,7 @@ class Snapshots:
     """Turns a :class:`ServiceCounters` into a :class:`ServeStats` per interval."""
 
     def __init__(self, tally: ServiceCounters, start: float) -> None:
+        # What it reads, and from when: set here, never changed.
         self._tally = tally
         self._window = tally.window
         self._start = start
@@ -281,7 +282,7 @@ class _Registry:
     """The services running in this process, for collectors that read at scrape time."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the fields below, read from any thread
         # Invariant: the counters of every serve() running now, by id; written
         # under _lock by add() and retire() only.
         self._live: dict[int, ServiceCounters] = {}

@@ -195,6 +195,8 @@ class JournalWriter:
         synchronous: str = "normal",
         on_durable: Durable | None = None,
     ) -> None:
+        # The file, its connections and what the service asked for: set here,
+        # never changed (close() closes the connections).
         self.path = path
         self.label = display(path)
         self._wal = f"{os.fsdecode(path)}-wal"
