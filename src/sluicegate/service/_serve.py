@@ -4,13 +4,15 @@ The path of one item, each step a method of :class:`_Service`:
 
 * **Admission** (:class:`_Tickets`, between the source and the dispatcher's
   ``run_each``): the item becomes a :class:`_Ticket`, its key asked once.
-  With a journal its key is looked up (:meth:`_Service.look_up`), one item
-  at a time; a recorded one is settled there as skipped, so it takes
-  neither a window place nor a rate token, and its ``on_outcome`` runs in a
-  task of its own, up to a window of them at once. A copy of a key whose
-  outcome is not durable yet waits for it first. The items of a source that
-  binds the run (a :class:`~sluicegate.SampleSource`) are looked up as
-  their run starts instead.
+  With a journal its key is looked up (:meth:`_Service.look_up`), together
+  with those of the items waiting behind it in a memory channel (one at a
+  time from other sources, by the same steps); a recorded one is settled
+  there as skipped, so it takes neither a window place nor a rate token,
+  and its ``on_outcome`` runs in a task of its own, up to a window of them
+  at once. A copy of a key whose outcome is not durable yet waits for it
+  first. The items of a source that binds the run (a
+  :class:`~sluicegate.SampleSource`) are looked up as their run starts
+  instead.
 * **Run** (:meth:`_Service.serve_one`): the item runs under the retry policy
   and timeout (:func:`~.._retry.attempt`), holding its window place until
   it is settled (and, when someone hears of it, durable).
