@@ -8,12 +8,13 @@ from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.lowlevel
 import trio.testing
 
-from sluicegate import Done, Drain, open_stream, run_stream
+from sluicegate import Done, Drain, DrainStatistics, open_stream, run_stream
 from sluicegate._runner import run_each
 from sluicegate._util import cancel_status
 from sluicegate.testing import ProbeError, RunProbe, ScriptedFeed, ScriptedIter, Trace, check_trace
@@ -225,6 +226,35 @@ async def test_drain_requested_before_the_start_pulls_nothing() -> None:
     assert await run_stream(feed, RunProbe(), window=2, drain=drain) == []
     assert feed.pulls == 0
     assert feed.close_count == 1
+
+
+async def test_a_drains_statistics_say_who_uses_it_and_whether_it_was_requested() -> None:
+    feed: ScriptedFeed[int] = ScriptedFeed(range(2))  # then quiet: only a drain ends it
+    drain = Drain()
+    assert drain.statistics() == DrainStatistics(
+        requested=False, reason=None, streams=0, tasks_waiting=0
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(run_stream, feed, RunProbe(), window=2, drain=drain))
+        nursery.start_soon(drain.wait)
+        await feed.wait_parked()
+        await trio.testing.wait_all_tasks_blocked()
+        assert drain.statistics() == DrainStatistics(
+            requested=False, reason=None, streams=1, tasks_waiting=1
+        )
+        drain.request("enough")
+    # The stream ended and forgot the drain; the waiter was woken.
+    stats = drain.statistics()
+    assert stats == DrainStatistics(requested=True, reason="enough", streams=0, tasks_waiting=0)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        stats.requested = False  # type: ignore[misc]
+
+
+async def test_a_drain_reason_that_is_not_text_is_refused_before_anything_changes() -> None:
+    drain = Drain()
+    with pytest.raises(TypeError, match=r"^reason must be a str, not 5$"):
+        drain.request(5)  # type: ignore[arg-type]
+    assert not drain.requested
 
 
 async def test_open_stream_hands_over_done_values() -> None:
@@ -637,9 +667,9 @@ async def test_one_pacer_shared_by_two_streams_bounds_both(autojump_clock: Any) 
 
 async def test_a_rate_without_acquire_and_refund_is_refused_before_the_source_is_touched() -> None:
     feed = ScriptedFeed(range(3), end=True)
-    with pytest.raises(TypeError, match="rate must have"):
+    with pytest.raises(TypeError, match="rate must be None or a pacer"):
         await run_stream(feed, StartTimes(), window=1, rate=1.0)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="trace must have"):
+    with pytest.raises(TypeError, match="trace must be None or a recorder"):
         async with open_stream(feed, StartTimes(), window=1, trace=[]):  # type: ignore[arg-type]
             pass
     assert feed.pulls == 0

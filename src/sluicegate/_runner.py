@@ -48,7 +48,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, final, runtime_chec
 import attrs
 import trio
 
-from ._checks import check_flag
+from ._checks import check_flag, check_text
 from ._util import (
     YIELD_EVERY,
     as_async_iterator,
@@ -65,6 +65,7 @@ __all__ = [
     "BindsRun",
     "Done",
     "Drain",
+    "DrainStatistics",
     "Pacer",
     "PricedPacer",
     "Recorder",
@@ -100,6 +101,25 @@ class Done(Generic[T, R]):
     value: R
 
 
+@final
+@attrs.frozen
+class DrainStatistics:
+    """What :meth:`Drain.statistics` returns: a snapshot, as trio's primitives give.
+
+    Attributes:
+        requested: Whether :meth:`Drain.request` has been called.
+        reason: The reason given to the first request, or None.
+        streams: Streams running with this drain now (each is told at once
+            when the drain is requested).
+        tasks_waiting: Tasks blocked in :meth:`Drain.wait`.
+    """
+
+    requested: bool
+    reason: str | None
+    streams: int
+    tasks_waiting: int
+
+
 class Drain:
     """A latch that asks a running stream to stop admitting work.
 
@@ -111,10 +131,15 @@ class Drain:
     """
 
     def __init__(self) -> None:
+        # Set once, by request(); what wait() blocks on.
+        # Invariant: set exactly when _reason is not None.
         self._event = trio.Event()
+        # Written by: request(), once.
         self._reason: str | None = None
         # The streams running with this drain, told at once when it is
         # requested, so that none of them pulls again after request() returns.
+        # Written by: _subscribe() and _unsubscribe(), which each stream's
+        # dispatcher calls as it starts and as it ends.
         self._streams: dict[Callable[[], None], None] = {}
 
     def request(self, reason: str = "drain requested") -> None:
@@ -122,7 +147,11 @@ class Drain:
 
         Call it from trio code (a signal watcher task, say), not from another
         thread.
+
+        Raises:
+            TypeError: ``reason`` is not a str.
         """
+        check_text(reason, "reason")
         if self._reason is not None:
             return
         self._reason = reason
@@ -143,6 +172,15 @@ class Drain:
     async def wait(self) -> None:
         """Block until the drain is requested."""
         await self._event.wait()
+
+    def statistics(self) -> DrainStatistics:
+        """A frozen snapshot of the drain, for a metrics loop or a debugger."""
+        return DrainStatistics(
+            requested=self.requested,
+            reason=self._reason,
+            streams=len(self._streams),
+            tasks_waiting=self._event.statistics().tasks_waiting,
+        )
 
     def _subscribe(self, stop: Callable[[], None]) -> None:
         """Call ``stop`` when the drain is requested: now, if it already is."""
@@ -355,8 +393,8 @@ def check_stream_arguments(
         # its side effect and then failed on awaiting a plain value.
         what = getattr(run, "__qualname__", None) or repr(run)
         raise TypeError(
-            f"run must be an async function (async def, or a functools.partial of one); "
-            f"{what} is a plain function"
+            f"run must be an async function (async def, or a functools.partial of one), "
+            f"not the plain function {what}"
         )
     if not isinstance(source, (AsyncIterable, Iterable, BindsRun)):
         raise TypeError(
@@ -366,11 +404,14 @@ def check_stream_arguments(
         raise TypeError(f"drain must be a sluicegate.Drain or None, not {drain!r}")
     # A class has the methods too, unbound: RateLimit for RateLimit(5) is a slip.
     if rate is not None and (isinstance(rate, type) or not isinstance(rate, Pacer)):
-        raise TypeError(f"rate must have async acquire() and refund() (a RateLimit), not {rate!r}")
+        raise TypeError(
+            f"rate must be None or a pacer with async acquire() and refund() "
+            f"(a sluicegate.RateLimit), not {rate!r}"
+        )
     if trace is not None and (isinstance(trace, type) or not isinstance(trace, Recorder)):
         raise TypeError(
-            f"trace must have pulled(), started(), finished() and marked() (a Timeline), "
-            f"not {trace!r}"
+            f"trace must be None or a recorder with pulled(), started(), finished() and "
+            f"marked() (a sluicegate.Timeline), not {trace!r}"
         )
 
 

@@ -45,7 +45,7 @@ class Take(Generic[T]):
             self._iter = iter(source)
         else:
             raise TypeError(
-                f"take() needs an iterable or async iterable, not {type(source).__name__}"
+                f"source must be an iterable or async iterable, not {type(source).__name__}"
             )
         self._closed = False
         self._pulling = False

@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar, cast, final
 import attrs
 import trio
 
-from ._checks import check_count
+from ._checks import check_count, check_text
 from ._take import take
 from ._util import ChannelSource, close_after, close_source, pace
 
@@ -72,9 +72,7 @@ class Task:
         Raises:
             TypeError: ``text`` is not a str.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"system prompt must be a str, not {type(text).__name__}")
-        return attrs.evolve(self, system_prompt=text)
+        return attrs.evolve(self, system_prompt=check_text(text, "text"))
 
 
 class Taskset(Generic[T_co]):
@@ -238,7 +236,7 @@ class Taskset(Generic[T_co]):
                 "shuffle up to; take a head(n) of it first"
             )
         if isinstance(seed, bool) or not isinstance(seed, (int, str, bytes)):
-            raise TypeError(f"shuffle seed must be an int, str or bytes, not {seed!r}")
+            raise TypeError(f"seed must be an int, str or bytes, not {seed!r}")
         return _Shuffle(self, seed)
 
     def map(self, fn: Callable[[T_co], U]) -> Taskset[U]:
@@ -251,7 +249,7 @@ class Taskset(Generic[T_co]):
             TypeError: ``fn`` is not callable.
         """
         if not callable(fn):
-            raise TypeError(f"map() needs a callable, not {fn!r}")
+            raise TypeError(f"fn must be callable, not {fn!r}")
         return _Map(self, fn, f"map({getattr(fn, '__qualname__', fn)!r})")
 
     def with_system_prompt(self: Taskset[Task], text: str) -> Taskset[Task]:
@@ -263,8 +261,7 @@ class Taskset(Generic[T_co]):
         Raises:
             TypeError: ``text`` is not a str.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"system prompt must be a str, not {type(text).__name__}")
+        check_text(text, "text")
 
         def prompt(task: Task) -> Task:
             return task.with_system_prompt(text)
@@ -458,7 +455,7 @@ class FeedTaskset(Taskset[T]):
     def __init__(self, source: AsyncIterable[T]) -> None:
         if not isinstance(source, AsyncIterable):
             raise TypeError(
-                f"FeedTaskset needs an async iterable (a trio receive channel, say), "
+                f"source must be an async iterable (a trio receive channel, say), "
                 f"not {type(source).__name__}"
             )
         self._source = source
