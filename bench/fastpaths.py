@@ -32,43 +32,11 @@ import sluicegate._runner
 from run import WINDOW, agen, noop, saturated, sleeping, time_case
 
 # name -> what the variant replaces in sluicegate/_runner.py, as (old, new) pairs.
-VARIANTS: dict[str, list[tuple[str, str]]] = {
-    # trio's private Task._cancel_status, read instead of a cancellation check.
-    "the cancel status read": [
-        (
-            "if status.effectively_cancelled or not passes % YIELD_EVERY:",
-            "await trio.lowlevel.checkpoint_if_cancelled()\n"
-            "                    if not passes % YIELD_EVERY:",
-        ),
-        (
-            "            if cancel_status().effectively_cancelled:\n"
-            "                await trio.lowlevel.checkpoint()\n",
-            "            await trio.lowlevel.checkpoint_if_cancelled()\n",
-        ),
-    ],
-    # The copy of _Dispatcher._ran written out in _work's window-object path.
-    "the inline _ran": [
-        (
-            "                        # What _ran does, inline on this path: a window\n"
-            "                        # object costs little more per item than an int.\n"
-            "                        if not held_until_taken:\n"
-            "                            state.held -= 1\n"
-            "                            places.release()\n"
-            "                        places.observe(now() - began, None)\n",
-            "                        self._ran(now() - began, None)\n",
-        )
-    ],
-    # _Waiters, a trimmed-down trio.lowlevel.ParkingLot.
-    "_Waiters (ParkingLot instead)": [
-        ("= _Waiters()", "= trio.lowlevel.ParkingLot()"),
-        ("self.queue.tasks", "self.queue"),
-        ("self.for_place.tasks", "self.for_place"),
-        ("turn.for_place.tasks", "turn.for_place"),
-        ("self.consumers.tasks", "self.consumers"),
-        (".wake_one()", ".unpark()"),
-        (".wake_all()", ".unpark_all()"),
-    ],
-}
+# Empty now: the three fast paths measured on 2026-12-06 (trio's private
+# cancel status, the inline copy of _ran, _Waiters) gained less than 5% on
+# real work and are gone (docs/performance.md, "Fast paths", keeps the
+# table). A fast path added later gets its variant here.
+VARIANTS: dict[str, list[tuple[str, str]]] = {}
 
 
 def build(name: str, replacements: list[tuple[str, str]]) -> types.ModuleType:

@@ -16,7 +16,6 @@ import trio.testing
 
 from sluicegate import Done, Drain, DrainStatistics, open_stream, run_stream
 from sluicegate._runner import run_each
-from sluicegate._util import cancel_status
 from sluicegate.testing import ProbeError, RunProbe, ScriptedFeed, ScriptedIter, Trace, check_trace
 
 
@@ -1196,19 +1195,6 @@ async def test_an_outer_timeout_is_not_hung_for_good_by_an_aclose_that_never_ret
     [record] = [r for r in caplog.records if r.name == "sluicegate"]
     assert record.exc_info is not None
     assert isinstance(record.exc_info[1], TimeoutError)
-
-
-async def test_the_cheap_cancellation_check_reads_trios_own_status() -> None:
-    # The workers and the consumer read trio's cancel status instead of
-    # calling checkpoint_if_cancelled() per item. If a trio release moves that
-    # private attribute they fall back on a checkpoint per item, which is
-    # correct but slow: this test says so instead of the benchmark.
-    with trio.CancelScope() as scope:  # noqa: ASYNC100 (the scope is only read here)
-        status = cancel_status()
-        assert type(status).__name__ == "CancelStatus"
-        assert status.effectively_cancelled is False
-        scope.cancel()
-        assert status.effectively_cancelled is True
 
 
 # -- run_each: the front serve() runs on ----------------------------------------------

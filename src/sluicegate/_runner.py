@@ -50,11 +50,10 @@ import trio
 
 from ._checks import check_flag, check_text
 from ._util import (
-    YIELD_EVERY,
     as_async_iterator,
-    cancel_status,
     close_source,
     logger,
+    pace,
     sole_exception,
     surely_sync,
 )
@@ -422,16 +421,20 @@ def check_stream_arguments(
 class _Ending:
     """How a stream is ending: what closed admission, and whether it was cut short.
 
-    ``how`` is None while admission is open (items are pulled); then it says
-    what is ending the stream, a later stage overriding an earlier one:
-    ``"end"`` (the source ran out) or ``"drain"`` (a drain closed admission),
-    then ``"cut"`` (an outside cancellation, or the consumer leaving early,
-    cut the stream short), then ``"failure"`` (a run or the source raised).
+    Written only through its verbs: :meth:`close` and :meth:`fail` (the
+    dispatcher) and :meth:`cut` (the dispatcher's close-out, and the stream
+    block when the consumer leaves).
     """
 
+    # None while admission is open (items are pulled); then what is ending the
+    # stream: "end" (the source ran out) or "drain" (a drain closed
+    # admission), then "cut" (an outside cancellation, or the consumer leaving
+    # early, cut the stream short), then "failure" (a run or the source raised).
+    # Invariant: it only moves on, to a later stage of that list. (invariants 4, 6)
     how: Literal["end", "drain", "cut", "failure"] | None = None
     # The first failure of a run or the source, raised as itself at the end,
-    # and where it came from ("by the run of item 3"), for notes. (invariant 4)
+    # and where it came from ("by the run of item 3"), for notes.
+    # Invariant: set once, exactly when how is "failure". (invariant 4)
     failure: BaseException | None = None
     where: str = ""
 
@@ -469,139 +472,191 @@ class _Ending:
 
 @attrs.define(eq=False)
 class _State:
-    """What the tasks of one stream share. Only the dispatcher's objects touch it."""
+    """The counters every task of one stream reads; each field names its one writer.
 
-    # The most runs alive at once, or None for no bound. (invariant 1)
+    "The dispatcher" is :class:`_Dispatcher`; the other objects change a
+    field only through its owner's verbs.
+    """
+
+    # The most runs alive at once, or None for no bound (or a window object).
+    # Never changes. (invariant 1)
     window: int | None
-    # Items taken from the source so far: the index the next one gets. Counts
-    # the pulls that back-pressure limits. (invariants 2, 3)
+    # Items taken from the source so far: the index the next one gets.
+    # Written by: the dispatcher's workers, while holding the pull turn (_work).
+    # Invariant: an open_stream with an int window keeps
+    # pulled <= handed + window (invariant 2); indices follow pull order (invariant 3).
     pulled: int = 0
-    # Results the open_stream consumer has taken: a place is free while
-    # pulled < handed + window. (invariant 2)
+    # Results the open_stream consumer has taken.
+    # Written by: _ToConsumer.__anext__, the consumer.
+    # Invariant: handed <= pulled. (invariant 2)
     handed: int = 0
-    # How the stream is ending, in one record: while it says nothing,
-    # admission is open. (invariants 4, 5, 6)
+    # How the stream is ending; while it says nothing, admission is open.
+    # Written by: its own verbs. (invariants 4, 5, 6)
     ending: _Ending = attrs.Factory(lambda: _Ending())
     # Tasks that can still produce a result: workers, and runs in a task of
-    # their own. When it drops to 0 the stream is over. (invariants 2, 6)
+    # their own.
+    # Written by: the dispatcher's _spawn() and _exited().
+    # Invariant: live >= 0, and once it drops to 0 the stream is over. (invariants 2, 6)
     live: int = 0
-    # Workers started so far; the pool grows up to the window. (invariant 1)
+    # Workers started so far, less those that left a window object that shrank.
+    # Written by: the dispatcher's _add_worker(), and _work() as a worker leaves.
+    # Invariant: workers <= window for an int window. (invariant 1)
     workers: int = 0
-    # Places this stream holds in a window object, each given back once; the
-    # ones still held at close-out are given back then. (invariants 1, 2)
-    held: int = 0
-    # Whether the source has been closed: it is closed exactly once. (invariant 5)
+    # Whether the source has been closed, and what closing it raised, raised
+    # (or noted) at close-out, after the runs: a drain's close failing must
+    # not cut them.
+    # Written by: the dispatcher's _close(), once. (invariants 5, 6)
     closed: bool = False
-    # What closing the source raised, raised (or noted) at close-out, after
-    # the runs: a drain's close failing must not cut them. (invariants 5, 6)
     close_error: BaseException | None = None
 
 
-class _Waiters:
-    """Tasks parked until another task wakes them, oldest first.
-
-    A trimmed-down ``trio.lowlevel.ParkingLot``: the dispatcher parks and
-    wakes a task for nearly every item, and this does only what it needs.
-    ``tasks`` is public so that the hot path can test for waiters without a
-    method call.
-    """
-
-    __slots__ = ("tasks",)
-
-    def __init__(self) -> None:
-        self.tasks: dict[trio.lowlevel.Task, None] = {}
-
-    def park(self) -> Awaitable[None]:
-        """Park the calling task; await the result at once.
-
-        Returns trio's own awaitable rather than wrapping it in a coroutine
-        of its own: one frame less on every park and every wake-up.
-        """
-        task = trio.lowlevel.current_task()
-        tasks = self.tasks
-        tasks[task] = None
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            del tasks[task]
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        return trio.lowlevel.wait_task_rescheduled(abort)  # noqa: ASYNC105 (awaited by the caller)
-
-    def wake_one(self) -> None:
-        if self.tasks:
-            task = next(iter(self.tasks))
-            del self.tasks[task]
-            trio.lowlevel.reschedule(task)
-
-    def wake_all(self) -> None:
-        tasks, self.tasks = self.tasks, {}
-        for task in tasks:
-            trio.lowlevel.reschedule(task)
-
-
 class _Turn:
-    """Who pulls next: one task at a time, and for open_stream only while a place is free.
+    """Who pulls next, and with which place: one task at a time, while a place is free.
 
     The source is touched only by the task holding the turn (async
     generators allow no more), and taking the turn is cheap when nobody else
-    holds it: a flag, not a lock, since ``trio.Lock`` always checkpoints.
+    holds it: a flag, not a lock, since ``trio.Lock`` always checkpoints. A
+    task takes it with :meth:`take` (or :meth:`wait_alone`) and gives it up
+    with :meth:`leave`, in a ``finally``. (Not a ``with`` block: on CPython
+    3.11 a context manager written in Python costs about 1,700 instructions
+    more per item than the call, 5% of a no-op item; docs/performance.md.)
+    With a window object the turn also keeps the places the stream holds,
+    and frees them: as runs end, or for ``open_stream`` as the consumer
+    takes results (:meth:`result_taken`).
     """
 
     __slots__ = (
         "busy",
         "cut",
         "for_place",
+        "held",
         "limit",
         "places",
         "queue",
         "scope",
         "state",
+        "waiters",
         "waking",
     )
 
-    def __init__(self, state: _State, limit: int | None) -> None:
+    def __init__(self, state: _State, limit: int | None, places: WindowLike | None) -> None:
         self.state = state
-        # A window object, whose places bound the pulls instead of limit.
-        self.places: WindowLike | None = None
-        # open_stream's window: pulls may run at most this far ahead of the
+        # open_stream's int window: pulls may run at most this far ahead of the
         # results handed over; None where the worker pool bounds them already
-        # (run_stream) or nothing does (window=None). (invariant 2)
+        # (run_stream) or nothing does (window=None). Never changes. (invariant 2)
         self.limit = limit
+        # A window object, whose places bound the pulls instead. Never changes.
+        self.places = places
+        # Places of the window object this stream holds.
+        # Written by: took_place() and give_back().
+        # Invariant: 0 <= held, and every place is given back once: held is 0
+        # when the stream has ended. (invariants 1, 2)
+        self.held = 0
         # A task holds the turn.
+        # Written by: take(), wait_alone() and leave().
+        # Invariant: one task at most holds it, and only that task touches
+        # the source. (invariant 2)
         self.busy = False
-        # Tasks waiting for the turn, and tasks that found no free place
-        # (with a window object: all but the one waiting in the window).
-        self.queue = _Waiters()
-        self.for_place = _Waiters()
+        # The cancel scope of the task holding the turn: a drain cancels it to
+        # cut that task's wait on the source or the pacer. Each worker owns one
+        # scope for its whole life: a scope per pull would cost more than the
+        # rest of the pull.
+        # Written by: take() and leave().
+        # Invariant: None unless busy (and None for the drain's closer).
+        self.scope: trio.CancelScope | None = None
+        # The scope a drain cut: an item that arrives under it anyway is run in
+        # a task of its own, not dropped.
+        # Written by: cut_pull(). (invariant 6)
+        self.cut: trio.CancelScope | None = None
+        # Tasks waiting for the turn, and tasks that found no free place (with
+        # a window object: all but the one waiting in the window).
+        # Written by: their park() (by the waiting task) and unpark().
+        self.queue = trio.lowlevel.ParkingLot()
+        self.for_place = trio.lowlevel.ParkingLot()
+        # Tasks in this turn's waits, woken or not yet back: while it is 0
+        # both lots are empty, and leaving the turn looks no further (a lot's
+        # emptiness is a Python call; the turn is left once per item).
+        # Written by: the waiting task, around its park (wait(), wait_alone(),
+        # wait_for_place()).
+        # Invariant: waiters >= len(queue) + len(for_place) >= 0.
+        self.waiters = 0
         # A task woken from for_place has not run yet: places freed meanwhile
         # wait for it, or for a worker whose run ends, rather than each waking
-        # a task of its own (see wake_for_place). (invariant 2)
+        # a task of its own (see wake_for_place).
+        # Written by: wake_for_place() and the woken task (wait(), wait_for_place()).
+        # Invariant: while true, one task woken from for_place has yet to run. (invariant 2)
         self.waking = False
-        # The long-lived cancel scope of the task waiting on the source (or on
-        # the pacer) while it holds the turn: a drain cancels it to cut that
-        # wait. A scope per pull would cost more than the rest of the pull.
-        self.scope: trio.CancelScope | None = None
-        # The scope a drain cancelled: an item that arrives under it anyway is
-        # run in a task of its own, not dropped. (invariant 6)
-        self.cut: trio.CancelScope | None = None
 
-    def take(self) -> bool:
-        """Take the turn if it is free and a place is too; False if not."""
+    # -- the turn -----------------------------------------------------------------
+
+    def take(self, scope: trio.CancelScope) -> bool:
+        """Take the turn if it is free and a place is too; False if not.
+
+        ``scope`` is the taker's long-lived cancel scope, which a drain
+        cancels (:meth:`cut_pull`) to cut a wait on the source or the pacer.
+        """
         if self.busy:
             return False
         limit = self.limit
         if limit is not None and self.state.pulled >= self.state.handed + limit:
             return False  # invariant 2
         self.busy = True
+        self.scope = scope
         return True
 
     async def wait(self) -> None:
         """Wait in the right queue after :meth:`take` said no; then try again."""
-        if self.busy:
-            await self.queue.park()
-        else:
+        self.waiters += 1
+        try:
+            if self.busy:
+                await self.queue.park()
+            else:
+                await self.for_place.park()
+                self.waking = False
+        finally:
+            self.waiters -= 1
+
+    async def wait_alone(self) -> None:
+        """Take the turn without a place or a scope: to close the source, not to pull."""
+        while self.busy:
+            self.waiters += 1
+            try:
+                await self.queue.park()
+            finally:
+                self.waiters -= 1
+        self.busy = True
+
+    def leave(self) -> None:
+        """Give the turn up: to the next task waiting for it, and pass a wake-up on."""
+        self.busy = False
+        self.scope = None
+        if self.waiters:
+            if self.queue:
+                self.queue.unpark()
+            if self.for_place:
+                self.pass_on()
+
+    def cut_pull(self) -> None:
+        """Cancel the wait of whoever is pulling now. (invariant 6)"""
+        if self.scope is not None:
+            self.cut = self.scope
+            self.scope.cancel()
+
+    @property
+    def idle(self) -> bool:
+        """Nobody is waiting to pull."""
+        return not self.waiters or (not self.queue and not self.for_place)
+
+    # -- places -------------------------------------------------------------------
+
+    async def wait_for_place(self) -> None:
+        """Wait until a task that frees a place passes a wake-up on (:meth:`pass_on`)."""
+        self.waiters += 1
+        try:
             await self.for_place.park()
             self.waking = False
+        finally:
+            self.waiters -= 1
 
     def wake_for_place(self) -> None:
         """Places were freed: wake one task waiting for one, unless one is already woken.
@@ -612,23 +667,9 @@ class _Turn:
         consumer frees in one go share one wake-up instead of costing one
         each.
         """
-        if not self.waking:
+        if not self.waking and self.waiters and self.for_place:
             self.waking = True
-            self.for_place.wake_one()
-
-    async def wait_alone(self) -> None:
-        """Take the turn without a place: to close the source, not to pull."""
-        while self.busy:
-            await self.queue.park()
-        self.busy = True
-
-    def leave(self) -> None:
-        """Give the turn up: to the next task waiting for it, and pass a wake-up on."""
-        self.busy = False
-        if self.queue.tasks:
-            self.queue.wake_one()
-        if self.for_place.tasks:
-            self.pass_on()
+            self.for_place.unpark()
 
     def pass_on(self) -> None:
         """Wake a task waiting for a place if one is free, or if admission is over.
@@ -636,7 +677,7 @@ class _Turn:
         Admission over, the waiters must leave, each waking the next.
         (invariant 2)
         """
-        if not self.for_place.tasks:
+        if not self.waiters or not self.for_place:
             return
         state = self.state
         places = self.places
@@ -649,16 +690,31 @@ class _Turn:
             return
         self.wake_for_place()
 
-    def cut_pull(self) -> None:
-        """Cancel the wait of whoever is pulling now. (invariant 6)"""
-        if self.scope is not None:
-            self.cut = self.scope
-            self.scope.cancel()
+    def took_place(self) -> None:
+        """A place of the window object was taken for this stream."""
+        self.held += 1
 
-    @property
-    def idle(self) -> bool:
-        """Nobody is waiting to pull."""
-        return not self.queue.tasks and not self.for_place.tasks
+    def give_back(self) -> None:
+        """Give one place back to the window object. (invariants 1, 2)"""
+        self.held -= 1
+        assert self.held >= 0, "a place was given back twice"
+        self.places.release()  # type: ignore[union-attr]
+
+    def give_all_back(self) -> None:
+        """The stream is over: give back the places results nobody took, or runs cut short, held.
+
+        The window outlives this stream. (invariant 1)
+        """
+        while self.held:
+            self.give_back()
+
+    def result_taken(self) -> None:
+        """The open_stream consumer took a result: its place is free. (invariant 2)"""
+        if self.places is not None:
+            self.give_back()
+            self.pass_on()
+        else:
+            self.wake_for_place()  # one more may pull
 
 
 # -- handing results over: three ways -----------------------------------------------
@@ -680,6 +736,9 @@ class _AsReturned(Generic[T, R]):
         self.state = state
         self.keep = sink
 
+    def bind(self, turn: _Turn) -> None:
+        pass  # a place frees as its run returns: the dispatcher sees to it
+
     def ended(self) -> None:
         pass
 
@@ -690,6 +749,8 @@ class _ResultList(Generic[R]):
     __slots__ = ("results",)
 
     def __init__(self) -> None:
+        # Written by: keep(), as each run returns.
+        # Invariant: results[i] is item i's value once its run has returned. (invariant 3)
         self.results: list[Any] = []
 
     def keep(self, index: int, item: object, value: R) -> None:
@@ -720,59 +781,71 @@ class _ToConsumer(Generic[T, R]):
 
     def __init__(self, state: _State) -> None:
         self.state = state
-        # Pulls may run this far ahead of the results handed over. (invariant 2)
+        # Pulls may run this far ahead of the results handed over. Never
+        # changes. (invariant 2)
         self.limit = state.window
-        # Whose for_place waiters a hand-over wakes; set by the dispatcher.
-        self.turn: _Turn | None = None
-        # A window object: a result holds its place until taken. (invariant 2)
-        self.places: WindowLike | None = None
-        # Finished runs not handed over yet, by rank: at most window of them.
-        # (invariants 2, 3)
+        # The turn whose places a hand-over frees.
+        # Written by: bind(), once, by the dispatcher serving this hand-over.
+        self._turn: _Turn | None = None
+        # Finished runs not handed over yet, by rank.
+        # Written by: keep() (the workers, as runs return) and __anext__ (the
+        # consumer, as it takes one).
+        # Invariant: at most window of them. (invariants 2, 3)
         self.ready: dict[int, Done[T, R]] = {}
         # Consumers waiting for the next result (one, unless the consumer
-        # shares the iterator between tasks).
-        self.consumers = _Waiters()
+        # shares the iterator between tasks), and how many of them are in
+        # __anext__'s wait, woken or not yet back: while it is 0 a kept result
+        # wakes nobody without asking the lot (a Python call, once per item).
+        # Written by: their park() in __anext__, and keep()/ended() waking them;
+        # waiting by __anext__, around the park.
+        # Invariant: waiting >= len(consumers) >= 0.
+        self.consumers = trio.lowlevel.ParkingLot()
+        self.waiting = 0
         # The consumer freed places since it last parked (see __anext__).
+        # Written by: __anext__.
         self._took = False
         # The async with block has been left: a result read now would be one
         # that finished as the stream was being torn down.
-        self.exited = False
+        # Written by: left(), once, by the stream block.
+        self._left = False
+
+    def bind(self, turn: _Turn) -> None:
+        """Hand over for the stream ``turn`` admits: a result taken frees its place there."""
+        self._turn = turn
+
+    def left(self) -> None:
+        """The async with block was left: reading results is an error from now on."""
+        self._left = True
 
     def keep(self, index: int, item: T, value: R) -> None:
         raise NotImplementedError
 
     def ended(self) -> None:
         """Nothing will be kept any more: let every waiting consumer see the end."""
-        self.consumers.wake_all()
+        self.consumers.unpark_all()
 
     def __aiter__(self) -> _ToConsumer[T, R]:
         return self
 
     async def __anext__(self) -> Done[T, R]:
         state = self.state
-        turn = self.turn
+        turn = self._turn
         assert turn is not None
-        if self.exited:
+        if self._left:
             raise RuntimeError(
                 "the results of open_stream(...) can be read only inside its async with block"
             )
         while True:
-            # No schedule point between taking a result and returning it: the
+            # A cancelled consumer gets no more results; otherwise there is no
+            # schedule point between taking a result and returning it: the
             # worker whose place that frees must not pull before the consumer
-            # actually holds the result (invariant 2). A cancelled consumer
-            # gets no more results, though.
-            if cancel_status().effectively_cancelled:
-                await trio.lowlevel.checkpoint()
+            # actually holds the result (invariant 2).
+            await trio.lowlevel.checkpoint_if_cancelled()
             done = self.ready.pop(state.handed, None)
             if done is not None:
                 state.handed += 1
                 self._took = True
-                if self.places is not None:
-                    state.held -= 1
-                    self.places.release()  # the same, through the window object
-                    turn.pass_on()
-                elif turn.for_place.tasks:
-                    turn.wake_for_place()  # a place is free: one more may pull
+                turn.result_taken()
                 return done
             if state.live == 0:
                 raise StopAsyncIteration
@@ -783,7 +856,11 @@ class _ToConsumer(Generic[T, R]):
                 self._took = False
                 await trio.lowlevel.checkpoint()
                 continue
-            await self.consumers.park()
+            self.waiting += 1
+            try:
+                await self.consumers.park()
+            finally:
+                self.waiting -= 1
 
 
 class _Ordered(_ToConsumer[T, R]):
@@ -791,8 +868,8 @@ class _Ordered(_ToConsumer[T, R]):
 
     def keep(self, index: int, item: T, value: R) -> None:
         self.ready[index] = Done(index, item, value)
-        if index == self.state.handed and self.consumers.tasks:
-            self.consumers.wake_one()
+        if self.waiting and index == self.state.handed:
+            self.consumers.unpark()
 
 
 class _Unordered(_ToConsumer[T, R]):
@@ -801,13 +878,14 @@ class _Unordered(_ToConsumer[T, R]):
     def __init__(self, state: _State) -> None:
         super().__init__(state)
         # Runs finished so far: the rank the next finished run gets.
+        # Written by: keep().
         self._finished = 0
 
     def keep(self, index: int, item: T, value: R) -> None:
         self.ready[self._finished] = Done(index, item, value)
         self._finished += 1
-        if self.consumers.tasks:
-            self.consumers.wake_one()
+        if self.waiting:
+            self.consumers.unpark()
 
 
 # -- the dispatcher -----------------------------------------------------------------
@@ -835,22 +913,22 @@ class _Dispatcher(Generic[T, R]):
         # What the stream's tasks share, and the two mechanisms built on it.
         self.state = state = handover.state
         self.handover = handover
-        self.turn = _Turn(state, handover.limit)
         # A window object, or None for an int window or none. (invariant 1)
-        self.places = self.turn.places = places
+        self.places = places
+        self.turn = _Turn(state, handover.limit, places)
+        handover.bind(self.turn)
         # Whether a run's place waits for the consumer to take its result.
         self._held_until_taken = isinstance(handover, _ToConsumer)
-        if isinstance(handover, _ToConsumer):
-            handover.turn = self.turn
-            handover.places = places
         # The cancel scopes of the workers waiting for a place of the window
-        # object: the end of admission ends their wait. (invariants 4, 6)
+        # object: the end of admission ends their wait.
+        # Written by: _take_place(), around that wait. (invariants 4, 6)
         self._seeking: dict[trio.CancelScope, None] = {}
         # The caller's options, each None when not given (and then free).
         self._drain = drain
         self._rate = rate
         self._trace = trace
         # Where workers, runs of their own and the drain's closer run.
+        # Written by: start(), once.
         self._nursery: trio.Nursery | None = None
         if isinstance(source, BindsRun):
             # The source may hold work of its own (a buffer of follow-ups):
@@ -911,12 +989,13 @@ class _Dispatcher(Generic[T, R]):
         await trio.lowlevel.checkpoint_if_cancelled()
         # A pull that completes in the instant the drain was requested
         # completes, and its item runs; one still waiting is cut.
-        self.turn.cut_pull()
-        await self.turn.wait_alone()
+        turn = self.turn
+        turn.cut_pull()
+        await turn.wait_alone()
         try:
             await self._close()
         finally:
-            self.turn.leave()
+            turn.leave()
         # A failure to close is no failure of the work: the runs in flight
         # still finish (invariant 6), and close-out raises it afterwards.
         if self.state.close_error is not None:
@@ -941,120 +1020,49 @@ class _Dispatcher(Generic[T, R]):
             assert ending.failure is not None
             ending.failure.add_note(f"raised {where}, also failed: {exc!r}")
 
-    # -- pulling ------------------------------------------------------------------
+    # -- places -------------------------------------------------------------------
 
-    async def _pull(self, scope: trio.CancelScope) -> tuple[int, T] | None:
-        """Take the next item while holding the turn, or None when admission is over.
+    async def _take_place(self, scope: trio.CancelScope) -> bool:
+        """Take a place of the window object before pulling; False once admission is over.
 
-        ``scope`` is the caller's own long-lived cancel scope, which a drain
-        cancels to cut a wait on the source or on the pacer.
+        The place comes before the pull, the end-of-stream pull too.
+        ``scope`` is the worker's own, which the end of admission cancels
+        while it waits in the window. (invariant 2)
         """
-        state = self.state
-        turn = self.turn
         places = self.places
-        # A place of the window object taken and not spent on an item yet.
-        place = False
-        if places is not None:
-            # The place comes before the pull, the end-of-stream pull too. (invariant 2)
-            while not places.acquire_nowait():
-                if state.ending.how is not None:
-                    turn.pass_on()
-                    return None
-                if self._seeking:
-                    # One worker of this stream waits in the window; the rest
-                    # wait here for the wake-up passed on (_Turn.pass_on).
-                    await turn.for_place.park()
-                    turn.waking = False
-                    continue
-                self._seeking[scope] = None
-                try:
-                    await places.acquire()
-                finally:
-                    del self._seeking[scope]
-                break
-            if turn.for_place.tasks and not self._seeking:
-                # Whoever waits here needs one of them to wait in the window:
-                # the places other streams free go to the window's waiters,
-                # and the stream must keep its turn among them.
-                turn.wake_for_place()
-            state.held += 1
-            place = True
-        try:
-            while not turn.take():
-                await turn.wait()  # invariant 2
-        except BaseException:
-            if place:
-                self._give_back()
-            raise
-        # A token taken from the pacer and not spent on an item that runs yet.
-        token = False
-        try:
-            if state.ending.how is not None:
-                return None  # invariants 4, 6
-            if self._rate is not None:
-                turn.scope = scope
-                try:
-                    await self._rate.acquire()
-                finally:
-                    turn.scope = None
-                token = True
-                if state.ending.how is not None:
-                    return None
-            index = state.pulled
-            if self._iter is not None:
-                try:
-                    item = next(self._iter)
-                except StopIteration:
-                    self._stop_admitting("end")
-                    return None
-            else:
-                turn.scope = scope
-                try:
-                    item = await anext(self._aiter)  # type: ignore[arg-type]
-                except StopAsyncIteration:
-                    self._stop_admitting("end")
-                    return None
-                finally:
-                    turn.scope = None
-            if state.ending.failure is not None:
-                # The item arrived in the same instant as a run failed:
-                # nothing starts after a failure. (invariant 4)
-                return None
-            token = place = False
-            state.pulled = index + 1
-            if self._trace is not None:
-                self._trace.pulled(index, item)
-            if turn.cut is scope:
-                # A drain cut this pull, but the item had already arrived.
-                # Taken from the source, it must run, yet not under the
-                # cancelled scope: it gets a task of its own. (invariant 6)
-                self._spawn(self._run_one, index, item)
-                return None
-            return index, item
-        except Exception as exc:
-            self._fail(exc, f"by the source while pulling item {state.pulled}")
-            return None
-        finally:
-            if token:
-                self._rate.refund()  # type: ignore[union-attr]
-            if place:
-                self._give_back()
-            turn.leave()
+        assert places is not None
+        turn = self.turn
+        while not places.acquire_nowait():
+            if self.state.ending.how is not None:
+                turn.pass_on()
+                return False
+            if self._seeking:
+                # One worker of this stream waits in the window; the rest
+                # wait here for the wake-up passed on (_Turn.pass_on).
+                await turn.wait_for_place()
+                continue
+            self._seeking[scope] = None
+            try:
+                await places.acquire()
+            finally:
+                del self._seeking[scope]
+            break
+        if not self._seeking:
+            # Whoever waits here needs one of them to wait in the window: the
+            # places other streams free go to the window's waiters, and the
+            # stream must keep its turn among them.
+            turn.wake_for_place()
+        turn.took_place()
+        return True
 
     # -- running ------------------------------------------------------------------
-
-    def _give_back(self) -> None:
-        """Give one place back to the window object. (invariants 1, 2)"""
-        self.state.held -= 1
-        self.places.release()  # type: ignore[union-attr]
 
     def _ran(self, elapsed: float, error: BaseException | None) -> None:
         """A run under a window object returned or raised: free its place, tell the window."""
         places = self.places
         assert places is not None
         if error is not None or not self._held_until_taken:
-            self.state.held -= 1
-            places.release()  # else the consumer frees it (invariant 2)
+            self.turn.give_back()  # else the consumer frees it (invariant 2)
         if error is None or not isinstance(error, trio.Cancelled):
             places.observe(elapsed, error)
 
@@ -1067,19 +1075,26 @@ class _Dispatcher(Generic[T, R]):
         state = self.state
         places = self.places
         assert places is not None
-        if self.turn.for_place.tasks:
-            self.turn.pass_on()  # a worker waiting for a place takes one
+        turn = self.turn
+        if turn.for_place:
+            turn.pass_on()  # a worker waiting for a place takes one
             return
         if (
             state.ending.how is None
             and state.live
             and not self._seeking
-            and not self.turn.busy
-            and self.turn.idle
+            and not turn.busy
+            and turn.idle
             and state.workers < places.size
         ):
-            state.workers += 1
-            self._spawn(self._work)
+            self._add_worker()
+
+    def _add_worker(self) -> None:
+        """Start one more worker. (invariant 1)"""
+        state = self.state
+        state.workers += 1
+        assert state.window is None or state.workers <= state.window
+        self._spawn(self._work)
 
     def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         assert self._nursery is not None
@@ -1090,6 +1105,7 @@ class _Dispatcher(Generic[T, R]):
         """A worker, or a run in a task of its own, is gone."""
         state = self.state
         state.live -= 1
+        assert state.live >= 0
         if state.live == 0:
             # Nothing will produce again: every waiting consumer must see the end.
             self.handover.ended()
@@ -1105,44 +1121,110 @@ class _Dispatcher(Generic[T, R]):
             self._fail(exc, f"by the run of item {index}")
 
     async def _work(self) -> None:
-        """One worker: pull, run, hand over, until admission ends.
+        """One worker: take a place and the turn, pull, run, hand over; until admission ends.
 
         With a window each worker runs its items itself, and the pool grows
         by one whenever a worker finds nobody waiting to pull after it: up to
         an int window, or while a window object has free places (a worker
         leaves when the pool is larger than its size). With ``window=None``
         the one worker only pulls, and gives each item a task of its own.
+        Any way the pull yields no item to run (admission over, the end of
+        the source, a failure, a drain cutting it), the worker leaves.
+
+        The pull is written out here, not in a method of its own: a coroutine
+        call costs about 1,300 instructions, 4% of a no-op item.
         """
         state = self.state
+        ending = state.ending
         turn = self.turn
         run = self._run
         keep = self.handover.keep
         window = state.window
         places = self.places
         trace = self._trace
+        rate = self._rate
+        source = self._iter
+        feed = self._aiter
         passes = 0
         began = 0.0
         # The clock's own method, fetched once: trio.current_time() looks the
         # clock up on every call. Only a window object is told durations.
         now = trio.lowlevel.current_clock().current_time
-        held_until_taken = self._held_until_taken
         # What current_window() answers in the runs of this worker.
         CURRENT_WINDOW.set(places)
         set_index = CURRENT_INDEX.set
         try:
             with trio.CancelScope() as scope:
-                status = cancel_status()
+                # This scope is the one a drain cancels (through the turn) to
+                # cut this worker's wait on the source or the pacer.
                 while True:
+                    # Runs that shield themselves or swallow Cancelled must not
+                    # keep a cancelled worker pulling (invariant 7); a source
+                    # and runs that never block must still let the scheduler in.
                     passes += 1
-                    if status.effectively_cancelled or not passes % YIELD_EVERY:
-                        # Runs that shield themselves or swallow Cancelled
-                        # must not keep a cancelled worker pulling (invariant 7);
-                        # a source and runs that never block must still let
-                        # the scheduler in.
-                        await trio.lowlevel.checkpoint()
-                    pulled = await self._pull(scope)
-                    if pulled is None:
+                    await pace(passes)
+                    # A place of the window object taken and not spent on an item yet.
+                    place = False
+                    if places is not None:
+                        if not await self._take_place(scope):
+                            return
+                        place = True
+                    try:
+                        while not turn.take(scope):
+                            await turn.wait()  # invariant 2
+                    except BaseException:
+                        if place:
+                            turn.give_back()
+                        raise
+                    # The pull, in the turn. A token of the pacer taken and
+                    # not spent on an item that runs yet:
+                    token = False
+                    try:
+                        if ending.how is not None:
+                            return  # invariants 4, 6
+                        if rate is not None:
+                            await rate.acquire()
+                            token = True
+                            if ending.how is not None:
+                                return
+                        index = state.pulled
+                        if source is not None:
+                            try:
+                                item = next(source)
+                            except StopIteration:
+                                self._stop_admitting("end")
+                                return
+                        else:
+                            try:
+                                item = await anext(feed)  # type: ignore[arg-type]
+                            except StopAsyncIteration:
+                                self._stop_admitting("end")
+                                return
+                        if ending.failure is not None:
+                            # The item arrived in the same instant as a run
+                            # failed: nothing starts after a failure. (invariant 4)
+                            return
+                        state.pulled = index + 1
+                        if trace is not None:
+                            trace.pulled(index, item)
+                        token = place = False
+                        if turn.cut is scope:
+                            # A drain cut this pull, but the item had already
+                            # arrived. Taken from the source, it must run, yet
+                            # not under the cancelled scope: it gets a task of
+                            # its own. (invariant 6)
+                            self._spawn(self._run_one, index, item)
+                            return
+                    except Exception as exc:
+                        self._fail(exc, f"by the source while pulling item {state.pulled}")
                         return
+                    finally:
+                        if token:
+                            rate.refund()  # type: ignore[union-attr]
+                        if place:
+                            turn.give_back()
+                        turn.leave()
+                    # The run.
                     if places is not None:
                         # Grow while places are free; the window object bounds
                         # the runs, the size the workers. (invariant 1)
@@ -1151,16 +1233,13 @@ class _Dispatcher(Generic[T, R]):
                             and places.in_flight < places.size
                             and turn.idle
                         ):
-                            state.workers += 1
-                            self._spawn(self._work)
+                            self._add_worker()
                         began = now()
                     elif window is None:
-                        self._spawn(self._run_one, *pulled)
+                        self._spawn(self._run_one, index, item)
                         continue
                     elif state.workers < window and turn.idle:
-                        state.workers += 1  # invariant 1
-                        self._spawn(self._work)
-                    index, item = pulled
+                        self._add_worker()
                     set_index(index)
                     if trace is not None:
                         trace.started(index)
@@ -1176,12 +1255,7 @@ class _Dispatcher(Generic[T, R]):
                     if trace is not None:
                         trace.finished(index, None)
                     if places is not None:
-                        # What _ran does, inline on this path: a window
-                        # object costs little more per item than an int.
-                        if not held_until_taken:
-                            state.held -= 1
-                            places.release()
-                        places.observe(now() - began, None)
+                        self._ran(now() - began, None)
                         keep(index, item, value)
                         if state.workers > places.size:
                             # The window shrank: this worker is one too many.
@@ -1232,8 +1306,7 @@ class _Dispatcher(Generic[T, R]):
         # One worker to start with; with a window, each adds another when it
         # finds nobody waiting to pull after it, up to the window. A large
         # window over a short source then costs nothing up front.
-        self.state.workers = 1
-        self._spawn(self._work)
+        self._add_worker()
 
     def stop(self) -> None:
         """The stream is over: a later drain request must not reach it."""
@@ -1241,10 +1314,7 @@ class _Dispatcher(Generic[T, R]):
             self._drain._unsubscribe(self._on_drain)
         if self.places is not None:
             self.places.unsubscribe(self._on_grow)
-            # Places still held by results nobody took, or by runs cut
-            # short: the window outlives this stream. (invariant 1)
-            while self.state.held:
-                self._give_back()
+            self.turn.give_all_back()  # invariant 1
 
     async def _close(self) -> None:
         """Close the source, once; keep what closing raised for close-out. (invariant 5)"""
@@ -1352,7 +1422,7 @@ class _StreamBlock(Generic[H]):
         dispatch = self._dispatch
         assert dispatch is not None and self._nursery is not None
         if isinstance(self._handover, _ToConsumer):
-            self._handover.exited = True
+            self._handover.left()
         if self._stop_on_exit:
             # The consumer left: leaving, however it happens, ends the runs.
             if dispatch.state.live:

@@ -287,7 +287,10 @@ class _Items(Taskset[T]):
 
 
 class _View(Taskset[U]):
-    """A taskset computed from another; streaming exactly when its base is."""
+    """A taskset computed from another; streaming exactly when its base is.
+
+    A view is a value: its fields are set in ``__init__`` and never change.
+    """
 
     def __init__(self, base: Taskset[Any], label: str) -> None:
         self._base = base
@@ -392,9 +395,13 @@ class _OwnedStream(Generic[T, U]):
     """
 
     def __init__(self, source: AsyncIterable[T], fn: Callable[[T], U] | None) -> None:
+        # Never change.
         self._source = source
         self._iter = aiter(source)
         self._fn = fn
+        # This stream is over: the source is closed, or being closed.
+        # Written by: aclose() and __anext__ (when the source or fn raised), each once.
+        # Invariant: the source is closed exactly once, on the first write.
         self._closed = False
 
     def __aiter__(self) -> _OwnedStream[T, U]:
@@ -458,7 +465,11 @@ class FeedTaskset(Taskset[T]):
                 f"source must be an async iterable (a trio receive channel, say), "
                 f"not {type(source).__name__}"
             )
+        # Never changes.
         self._source = source
+        # stream() has been called.
+        # Written by: stream(), once.
+        # Invariant: the feed is read by one stream at most.
         self._claimed = False
 
     def stream(self) -> AsyncIterator[T]:
