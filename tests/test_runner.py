@@ -590,7 +590,9 @@ async def test_the_end_of_stream_pull_gives_its_token_back(sync: bool) -> None:
     pacer = FakePacer(0.0)
     source: Any = ScriptedIter(range(3)) if sync else ScriptedFeed(range(3), end=True)
     assert await run_stream(source, StartTimes(), window=1, rate=pacer) == [0, 1, 2]
-    assert (pacer.acquired, pacer.refunded) == (4, 1)
+    # Each pull passes the gate (a token taken and given back at once), the
+    # end-of-stream pull too, and each item takes its own token as it starts.
+    assert (pacer.acquired, pacer.refunded) == (3 + 1 + 3, 3 + 1)
 
 
 async def test_a_failing_source_gives_its_token_back() -> None:
@@ -598,7 +600,8 @@ async def test_a_failing_source_gives_its_token_back() -> None:
     feed = ScriptedFeed([0, 1], error=KeyError("boom"))
     with pytest.raises(KeyError):
         await run_stream(feed, StartTimes(), window=1, rate=pacer)
-    assert (pacer.acquired, pacer.refunded) == (3, 1)
+    # Three gates, two starts: the pull that raised keeps no token.
+    assert (pacer.acquired, pacer.refunded) == (3 + 2, 3)
 
 
 async def test_no_pull_and_no_token_once_admission_is_closed() -> None:
@@ -633,7 +636,8 @@ async def test_a_drain_ends_the_wait_for_a_token(front: str, autojump_clock: Any
                 got = [done.value async for done in results]
     assert got == [0]
     assert trio.current_time() - start == pytest.approx(2.0)
-    assert (pacer.acquired, pacer.refunded, pacer.waiting) == (1, 0, 0)
+    # Item 0's gate and start; the second gate was cut, and took nothing.
+    assert (pacer.acquired, pacer.refunded, pacer.waiting) == (2, 1, 0)
     assert feed.pulls == 1 and feed.close_count == 1
 
 
@@ -647,7 +651,8 @@ async def test_a_drain_cutting_a_pull_after_its_token_gives_the_token_back() -> 
         await feed.wait_parked()
         drain.request()
     assert probe.finished == [0]
-    assert (pacer.acquired, pacer.refunded) == (2, 1)
+    # Item 0's gate and start, and the gate of the pull the drain cut.
+    assert (pacer.acquired, pacer.refunded) == (3, 2)
 
 
 async def test_one_pacer_shared_by_two_streams_bounds_both(autojump_clock: Any) -> None:
@@ -659,8 +664,8 @@ async def test_one_pacer_shared_by_two_streams_bounds_both(autojump_clock: Any) 
             nursery.start_soon(partial(run_stream, range(4), run, window=4, rate=pacer))
     assert len(run.times) == 8
     assert spaced(run.times, 1.0)
-    # Ten tokens (eight items and two end pulls) one second apart, two of them refunded.
-    assert (pacer.acquired, pacer.refunded) == (10, 2)
+    # Ten gates (eight items and two end pulls), each given back, and eight starts.
+    assert (pacer.acquired, pacer.refunded) == (18, 10)
     assert trio.current_time() - start >= 7.0
 
 

@@ -222,15 +222,24 @@ class BindsRun(Protocol):
 
 @runtime_checkable
 class Pacer(Protocol):
-    """A bound on how fast a stream pulls, passed as ``rate=`` (a ``RateLimit``).
+    """A bound on how fast a stream starts items, passed as ``rate=`` (a ``RateLimit``).
 
-    The dispatcher awaits :meth:`acquire` before each pull, in the pulling
-    worker's turn, so a pacer bounds pulls and starts alike. Each
-    ``acquire()`` that returns is either spent on an item that runs or given
-    back with exactly one :meth:`refund` (the pull found the end of the
-    source, a drain or a failure cut it, the source raised, or admission
-    closed while waiting). An ``acquire()`` that a drain or a cancellation
-    interrupts is not refunded: it must take nothing when it does not return.
+    The dispatcher uses it twice per item, in the pulling worker's turn.
+    Before each pull (the end-of-stream pull too) it awaits :meth:`acquire`
+    and gives the token back at once with :meth:`refund`: a gate, so that no
+    item leaves the source before one could start. With the item in hand it
+    awaits :meth:`acquire` again, and the item starts in that instant (an
+    item that runs in a task of its own, with ``window=None`` or after a
+    drain, takes its token there). So the pacer's bound holds over starts,
+    whatever the source does: a token taken before a pull that then waited
+    on the source would be older than its start, and the burst refilled
+    meanwhile would start on top of it. Every token not given back is spent
+    on an item that started; if a failure ends the stream between an item's
+    token and its start, the token is given back. An ``acquire()`` that a
+    drain or a cancellation interrupts is not refunded: it must take nothing
+    when it does not return. A drain ends a wait at the gate; an item that
+    waits for its token when the drain comes runs once it has it, since
+    nothing taken from the source is dropped.
     """
 
     async def acquire(self) -> None: ...
@@ -243,11 +252,10 @@ class PricedPacer(Protocol):
     """A :class:`Pacer` that may price each item (a ``RateLimit(cost=...)``).
 
     ``cost`` is None when every start takes one unit: the pacer is then
-    awaited before each pull, as any :class:`Pacer`. Otherwise the units
-    depend on the item, which the pull has not got yet, so the dispatcher
-    awaits ``acquire(item)`` in the item's run instead, while the run holds
-    its window place; nothing is refunded then, since the units are spent
-    on an item that runs.
+    used as any :class:`Pacer`. Otherwise the units depend on the item, so
+    the dispatcher awaits ``acquire(item)`` in the item's run instead, as it
+    starts, while the run holds its window place; there is no gate and
+    nothing is refunded, since the units are spent on an item that runs.
     """
 
     @property
@@ -1143,6 +1151,9 @@ class _Dispatcher(Generic[T, R]):
         places = self.places
         trace = self._trace
         rate = self._rate
+        # Whether this worker runs the items it pulls; with window=None each
+        # item runs in a task of its own.
+        runs_here = window is not None or places is not None
         source = self._iter
         feed = self._aiter
         passes = 0
@@ -1176,15 +1187,16 @@ class _Dispatcher(Generic[T, R]):
                         if place:
                             turn.give_back()
                         raise
-                    # The pull, in the turn. A token of the pacer taken and
-                    # not spent on an item that runs yet:
-                    token = False
+                    # The pull, in the turn.
                     try:
                         if ending.how is not None:
                             return  # invariants 4, 6
                         if rate is not None:
+                            # The gate: no item leaves the source before one
+                            # could start. The token goes back at once; the item
+                            # takes its own as it starts, below. (Pacer)
                             await rate.acquire()
-                            token = True
+                            rate.refund()
                             if ending.how is not None:
                                 return
                         index = state.pulled
@@ -1207,20 +1219,39 @@ class _Dispatcher(Generic[T, R]):
                         state.pulled = index + 1
                         if trace is not None:
                             trace.pulled(index, item)
-                        token = place = False
+                        # The item's token, taken in the instant it starts: one
+                        # taken before a pull that waited on the source would be
+                        # older than the start, and the burst the pacer refilled
+                        # meanwhile would start on top of it. An item that runs
+                        # in a task of its own takes it there. (Pacer)
+                        due = rate is not None
+                        if rate is not None and runs_here and turn.cut is not scope:
+                            try:
+                                await rate.acquire()
+                            except BaseException:
+                                if turn.cut is scope:
+                                    # A drain cut the wait for the token: the
+                                    # item runs all the same, once its own task
+                                    # has one. (invariant 6)
+                                    place = False
+                                    self._spawn(self._run_one, index, item, True)
+                                raise
+                            due = False
+                            if ending.failure is not None:
+                                rate.refund()
+                                return  # invariant 4
+                        place = False
                         if turn.cut is scope:
                             # A drain cut this pull, but the item had already
                             # arrived. Taken from the source, it must run, yet
                             # not under the cancelled scope: it gets a task of
                             # its own. (invariant 6)
-                            self._spawn(self._run_one, index, item)
+                            self._spawn(self._run_one, index, item, due)
                             return
                     except Exception as exc:
                         self._fail(exc, f"by the source while pulling item {state.pulled}")
                         return
                     finally:
-                        if token:
-                            rate.refund()  # type: ignore[union-attr]
                         if place:
                             turn.give_back()
                         turn.leave()
@@ -1236,7 +1267,7 @@ class _Dispatcher(Generic[T, R]):
                             self._add_worker()
                         began = now()
                     elif window is None:
-                        self._spawn(self._run_one, index, item)
+                        self._spawn(self._run_one, index, item, due)
                         continue
                     elif state.workers < window and turn.idle:
                         self._add_worker()
@@ -1266,12 +1297,22 @@ class _Dispatcher(Generic[T, R]):
         finally:
             self._exited()
 
-    async def _run_one(self, index: int, item: T) -> None:
-        """Run one item in a task of its own (``window=None``, or an item a drain cut)."""
+    async def _run_one(self, index: int, item: T, due: bool = False) -> None:
+        """Run one item in a task of its own (``window=None``, or an item a drain cut).
+
+        ``due``: the item has no token of the pacer yet; it takes one here, in
+        the instant it starts (see :meth:`_work`).
+        """
         try:
             if self.state.ending.failure is not None:
                 return  # spawned before a failure, first scheduled after it (invariant 4)
             await trio.lowlevel.checkpoint_if_cancelled()  # invariant 7
+            if due:
+                assert self._rate is not None
+                await self._rate.acquire()
+                if self.state.ending.failure is not None:
+                    self._rate.refund()
+                    return  # invariant 4
             CURRENT_INDEX.set(index)
             if self._trace is not None:
                 self._trace.started(index)
@@ -1515,8 +1556,8 @@ async def run_stream(
         drain: Optional :class:`Drain`; requesting it stops admission and
             makes the call return what the in-flight runs produce.
         rate: Optional pacer (a :class:`~sluicegate.RateLimit`, or anything
-            with ``async acquire()`` and ``refund()``) awaited before each
-            pull; see :class:`Pacer`. One pacer may bound several streams.
+            with ``async acquire()`` and ``refund()``) that each item's start
+            waits for; see :class:`Pacer`. One pacer may bound several streams.
         trace: Optional recorder (a :class:`~sluicegate.Timeline`) told of
             every pull, start, finish, drain, failure and close; see
             :class:`Recorder`.
