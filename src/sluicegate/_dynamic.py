@@ -26,7 +26,7 @@ from typing import Any, Generic, TypeVar, overload
 import trio
 
 from ._checks import check_count
-from ._util import YIELD_EVERY
+from ._util import pace
 
 __all__ = ["SampleSource", "enqueue"]
 
@@ -317,7 +317,8 @@ class _SampleStream(Generic[T, R]):
         # A task is pulling now. Written by: __anext__, around the pull.
         # Invariant: one pull at a time (the dispatcher serialises them).
         self._pulling = False
-        # Passes of _pull's loop, which pace its checkpoints. Written by: _pull().
+        # Passes of _pull's loop, which pace() turns into checkpoints.
+        # Written by: _pull().
         self._passes = 0
         # Where the puller waits for a running item to add work or finish.
         # At most one task pulls at a time (the dispatcher serialises pulls),
@@ -367,12 +368,8 @@ class _SampleStream(Generic[T, R]):
             # is taken from the buffer before this point, so a cancellation
             # here loses no item.
             self._passes += 1
-            if parked:
-                pass
-            elif self._passes % YIELD_EVERY:
-                await trio.lowlevel.checkpoint_if_cancelled()
-            else:
-                await trio.lowlevel.checkpoint()
+            if not parked:
+                await pace(self._passes)
             parked = False
             if self._closed or (self._admitting is not None and not self._admitting()):
                 raise StopAsyncIteration

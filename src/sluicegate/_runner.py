@@ -6,16 +6,20 @@ owns the seven invariants of docs/runner.md: the window, back-pressure,
 order, fail-fast, close-out, drain and caller cancellation. A comment
 ``# invariant N`` marks each place that enforces one.
 
-How it is laid out (docs/runner.md, "How it is built", says why):
+How it is laid out (docs/runner.md, "How it is built", says why). Every
+stateful field says where it is declared who may change it and the
+invariant it keeps (``# Written by:``, ``# Invariant:``); other objects go
+through the owner's methods.
 
-* :class:`_State` holds the counters every task of one stream reads, each
-  field with the invariant it serves, and :class:`_Ending`, the one record
-  of how the stream is ending (what closed admission, the first failure,
-  whether it was cut short). The objects below keep only what is theirs
-  (the turn its waiters, a hand-over its results).
+* :class:`_State` holds the counters every task of one stream reads, and
+  :class:`_Ending`, the one record of how the stream is ending (what closed
+  admission, the first failure, whether it was cut short). The objects
+  below keep only what is theirs (the turn its waiters and places, a
+  hand-over its results).
 * :class:`_Turn` decides who pulls next: one task at a time, and for
-  ``open_stream`` with an int window only while a place is free. A drain
-  cuts the pull in progress through it.
+  ``open_stream`` with an int window only while a place is free. It keeps
+  the places a stream holds in a window object, and a drain cuts the pull
+  in progress through it.
 * Three ways to hand a finished run's value over: :class:`_AsReturned`
   gives it to a sink as the run returns (``run_stream``'s
   :class:`_ResultList`, or ``run_each``'s callback); :class:`_Ordered` and
@@ -539,11 +543,12 @@ class _Turn:
         "for_place",
         "held",
         "limit",
+        "placeless",
         "places",
         "queue",
+        "queued",
         "scope",
         "state",
-        "waiters",
         "waking",
     )
 
@@ -581,17 +586,19 @@ class _Turn:
         # Written by: their park() (by the waiting task) and unpark().
         self.queue = trio.lowlevel.ParkingLot()
         self.for_place = trio.lowlevel.ParkingLot()
-        # Tasks in this turn's waits, woken or not yet back: while it is 0
-        # both lots are empty, and leaving the turn looks no further (a lot's
-        # emptiness is a Python call; the turn is left once per item).
-        # Written by: the waiting task, around its park (wait(), wait_alone(),
-        # wait_for_place()).
-        # Invariant: waiters >= len(queue) + len(for_place) >= 0.
-        self.waiters = 0
+        # The tasks in each of the two waits, counted by the waiting task
+        # around its park, so that it counts a task woken (or cancelled)
+        # until that task runs again: while a count is 0 its lot is empty,
+        # and the turn, left once per item, asks the lot nothing (a lot's
+        # emptiness is a Python call).
+        # Written by: the waiting task (wait(), wait_alone(), wait_for_place()).
+        # Invariant: queued >= len(queue) >= 0 and placeless >= len(for_place) >= 0.
+        self.queued = 0
+        self.placeless = 0
         # A task woken from for_place has not run yet: places freed meanwhile
         # wait for it, or for a worker whose run ends, rather than each waking
         # a task of its own (see wake_for_place).
-        # Written by: wake_for_place() and the woken task (wait(), wait_for_place()).
+        # Written by: _wake() and the woken task (wait(), wait_for_place()).
         # Invariant: while true, one task woken from for_place has yet to run. (invariant 2)
         self.waking = False
 
@@ -614,35 +621,39 @@ class _Turn:
 
     async def wait(self) -> None:
         """Wait in the right queue after :meth:`take` said no; then try again."""
-        self.waiters += 1
-        try:
-            if self.busy:
+        if self.busy:
+            self.queued += 1
+            try:
                 await self.queue.park()
-            else:
+            finally:
+                self.queued -= 1
+        else:
+            # What wait_for_place() does, without a coroutine of its own.
+            self.placeless += 1
+            try:
                 await self.for_place.park()
                 self.waking = False
-        finally:
-            self.waiters -= 1
+            finally:
+                self.placeless -= 1
 
     async def wait_alone(self) -> None:
         """Take the turn without a place or a scope: to close the source, not to pull."""
         while self.busy:
-            self.waiters += 1
+            self.queued += 1
             try:
                 await self.queue.park()
             finally:
-                self.waiters -= 1
+                self.queued -= 1
         self.busy = True
 
     def leave(self) -> None:
         """Give the turn up: to the next task waiting for it, and pass a wake-up on."""
         self.busy = False
         self.scope = None
-        if self.waiters:
-            if self.queue:
-                self.queue.unpark()
-            if self.for_place:
-                self.pass_on()
+        if self.queued:
+            self.queue.unpark()
+        if self.placeless:
+            self.pass_on()
 
     def cut_pull(self) -> None:
         """Cancel the wait of whoever is pulling now. (invariant 6)"""
@@ -653,18 +664,18 @@ class _Turn:
     @property
     def idle(self) -> bool:
         """Nobody is waiting to pull."""
-        return not self.waiters or (not self.queue and not self.for_place)
+        return not (self.queued and self.queue) and not (self.placeless and self.for_place)
 
     # -- places -------------------------------------------------------------------
 
     async def wait_for_place(self) -> None:
         """Wait until a task that frees a place passes a wake-up on (:meth:`pass_on`)."""
-        self.waiters += 1
+        self.placeless += 1
         try:
             await self.for_place.park()
             self.waking = False
         finally:
-            self.waiters -= 1
+            self.placeless -= 1
 
     def wake_for_place(self) -> None:
         """Places were freed: wake one task waiting for one, unless one is already woken.
@@ -675,9 +686,12 @@ class _Turn:
         consumer frees in one go share one wake-up instead of costing one
         each.
         """
-        if not self.waking and self.waiters and self.for_place:
-            self.waking = True
-            self.for_place.unpark()
+        if self.placeless:
+            self._wake()
+
+    def _wake(self) -> None:
+        if not self.waking:
+            self.waking = bool(self.for_place.unpark())
 
     def pass_on(self) -> None:
         """Wake a task waiting for a place if one is free, or if admission is over.
@@ -685,7 +699,7 @@ class _Turn:
         Admission over, the waiters must leave, each waking the next.
         (invariant 2)
         """
-        if not self.waiters or not self.for_place:
+        if not self.placeless:
             return
         state = self.state
         places = self.places
@@ -696,7 +710,7 @@ class _Turn:
                 return
         elif self.limit is not None and state.pulled >= state.handed + self.limit:
             return
-        self.wake_for_place()
+        self._wake()
 
     def took_place(self) -> None:
         """A place of the window object was taken for this stream."""
@@ -929,9 +943,12 @@ class _Dispatcher(Generic[T, R]):
         self._held_until_taken = isinstance(handover, _ToConsumer)
         # The cancel scopes of the workers waiting for a place of the window
         # object: the end of admission ends their wait.
-        # Written by: _take_place(), around that wait. (invariants 4, 6)
+        # Written by: _take_place(), around that wait.
+        # Invariant: one at most; the stream's other workers wait in the
+        # turn for the wake-up it passes on. (invariants 4, 6)
         self._seeking: dict[trio.CancelScope, None] = {}
         # The caller's options, each None when not given (and then free).
+        # Never change.
         self._drain = drain
         self._rate = rate
         self._trace = trace
@@ -943,8 +960,9 @@ class _Dispatcher(Generic[T, R]):
             # it asks whether admission is still open before handing any out.
             source, run = source.bind_run(run, admitting=self._admitting, drained=self._drained)
         self._run = run
-        # The source, as exactly one of the two: only the turn's holder
-        # touches it (invariant 2), and _close closes it (invariant 5).
+        # The source, as exactly one of the two; never changes. Only the
+        # turn's holder touches it (invariant 2), and _close closes it
+        # (invariant 5).
         self._aiter: AsyncIterator[T] | None = None
         self._iter: Iterator[T] | None = None
         if isinstance(source, AsyncIterable):
@@ -1427,10 +1445,14 @@ class _StreamBlock(Generic[H]):
     def __init__(
         self, handover: H, setup: Callable[[H], _Dispatcher[Any, Any]], *, stop_on_exit: bool
     ) -> None:
+        # What the block was built with. Never change.
         self._handover = handover
         self._setup = setup
         self._stop_on_exit = stop_on_exit
         self._nursery_manager = trio.open_nursery()
+        # The nursery and the dispatcher of the one stream this block runs.
+        # Written by: __aenter__, once.
+        # Invariant: set before any worker starts; a block is entered once.
         self._nursery: trio.Nursery | None = None
         self._dispatch: _Dispatcher[Any, Any] | None = None
 
