@@ -598,7 +598,8 @@ class _Turn:
         # A task woken from for_place has not run yet: places freed meanwhile
         # wait for it, or for a worker whose run ends, rather than each waking
         # a task of its own (see wake_for_place).
-        # Written by: _wake() and the woken task (wait(), wait_for_place()).
+        # Written by: wake_for_place(), pass_on() and the woken task (wait(),
+        # wait_for_place()).
         # Invariant: while true, one task woken from for_place has yet to run. (invariant 2)
         self.waking = False
 
@@ -686,11 +687,7 @@ class _Turn:
         consumer frees in one go share one wake-up instead of costing one
         each.
         """
-        if self.placeless:
-            self._wake()
-
-    def _wake(self) -> None:
-        if not self.waking:
+        if self.placeless and not self.waking:
             self.waking = bool(self.for_place.unpark())
 
     def pass_on(self) -> None:
@@ -710,7 +707,8 @@ class _Turn:
                 return
         elif self.limit is not None and state.pulled >= state.handed + self.limit:
             return
-        self._wake()
+        if not self.waking:
+            self.waking = bool(self.for_place.unpark())
 
     def took_place(self) -> None:
         """A place of the window object was taken for this stream."""
