@@ -598,8 +598,8 @@ class _Turn:
         # A task woken from for_place has not run yet: places freed meanwhile
         # wait for it, or for a worker whose run ends, rather than each waking
         # a task of its own (see wake_for_place).
-        # Written by: wake_for_place(), pass_on() and the woken task (wait(),
-        # wait_for_place()).
+        # Written by: wake_for_place(), pass_on(), result_taken() and the woken
+        # task (wait(), wait_for_place()).
         # Invariant: while true, one task woken from for_place has yet to run. (invariant 2)
         self.waking = False
 
@@ -733,8 +733,9 @@ class _Turn:
         if self.places is not None:
             self.give_back()
             self.pass_on()
-        else:
-            self.wake_for_place()  # one more may pull
+        elif self.placeless and not self.waking:
+            # One more may pull: what wake_for_place() does, without a call per item.
+            self.waking = bool(self.for_place.unpark())
 
 
 # -- handing results over: three ways -----------------------------------------------
