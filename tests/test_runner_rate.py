@@ -132,3 +132,44 @@ async def test_a_drain_cutting_the_wait_for_an_items_token_still_runs_the_item(
     # a took the token at 0.1; b's item came at 0.5, and waited for the next one.
     assert [name for name, _ in started] == ["a", "b"]
     assert [at for _, at in started] == pytest.approx([0.1, 1.1])
+
+
+class GatedPacer:
+    """Hands out tokens freely, but the ``hold``-th ``acquire()`` waits for ``go``."""
+
+    def __init__(self, hold: int) -> None:
+        self.hold = hold
+        self.go = trio.Event()
+        self.acquired = 0
+        self.refunded = 0
+
+    async def acquire(self) -> None:
+        if self.acquired + 1 == self.hold:
+            await self.go.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+        self.acquired += 1
+
+    def refund(self) -> None:
+        self.refunded += 1
+
+
+async def test_an_item_whose_token_comes_as_a_run_fails_never_starts(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Item 0: its gate and its token; item 1: its gate, then its token comes
+    # in the same instant as item 0 fails. Nothing starts after a failure
+    # (invariant 4), and the token it did not spend is given back.
+    pacer = GatedPacer(hold=4)
+    started: list[int] = []
+
+    async def run(item: int) -> int:
+        started.append(item)
+        await trio.sleep(1)
+        pacer.go.set()
+        raise ValueError(item)
+
+    with pytest.raises(ValueError, match="0"):
+        await run_stream([0, 1], run, window=2, rate=pacer)
+    assert started == [0]
+    assert (pacer.acquired, pacer.refunded) == (4, 3)  # only item 0's token is spent
