@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sluicegate import Drain, RateLimit, Window, open_stream, run_stream
+from sluicegate.testing import RunProbe
 
 
 def most_starts_allowed(limit: RateLimit, starts: list[float]) -> list[tuple[int, float]]:
@@ -173,3 +174,36 @@ async def test_an_item_whose_token_comes_as_a_run_fails_never_starts(
         await run_stream([0, 1], run, window=2, rate=pacer)
     assert started == [0]
     assert (pacer.acquired, pacer.refunded) == (4, 3)  # only item 0's token is spent
+
+
+class PacerError(Exception):
+    pass
+
+
+class BreakingPacer:
+    """Its first token is free; every later ``acquire()`` raises."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def acquire(self) -> None:
+        self.calls += 1
+        await trio.lowlevel.checkpoint()
+        if self.calls > 1:
+            raise PacerError(self.calls)
+
+    def refund(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("window", [2, None])
+async def test_a_pacer_that_raises_fails_the_stream_with_its_error_as_itself(
+    window: int | None,
+) -> None:
+    # With window=None the item takes its token in a task of its own: the
+    # error is recorded there too, never raised into the nursery as a group.
+    probe: RunProbe[int] = RunProbe()
+    with pytest.raises(PacerError) as info:
+        await run_stream(range(3), probe, window=window, rate=BreakingPacer())
+    assert info.value.__notes__[0].startswith("sluicegate: raised by the rate pacer before ")
+    assert probe.started == []

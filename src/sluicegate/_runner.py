@@ -1212,7 +1212,12 @@ class _Dispatcher(Generic[T, R]):
                             # The gate: no item leaves the source before one
                             # could start. The token goes back at once; the item
                             # takes its own as it starts, below. (Pacer)
-                            await rate.acquire()
+                            try:
+                                await rate.acquire()
+                            except Exception as exc:
+                                where = f"by the rate pacer before pulling item {state.pulled}"
+                                self._fail(exc, where)
+                                return
                             rate.refund()
                             if ending.how is not None:
                                 return
@@ -1245,6 +1250,9 @@ class _Dispatcher(Generic[T, R]):
                         if rate is not None and runs_here and turn.cut is not scope:
                             try:
                                 await rate.acquire()
+                            except Exception as exc:
+                                self._fail(exc, f"by the rate pacer before item {index} started")
+                                return
                             except BaseException:
                                 if turn.cut is scope:
                                     # A drain cut the wait for the token: the
@@ -1326,7 +1334,12 @@ class _Dispatcher(Generic[T, R]):
             await trio.lowlevel.checkpoint_if_cancelled()  # invariant 7
             if due:
                 assert self._rate is not None
-                await self._rate.acquire()
+                try:
+                    await self._rate.acquire()
+                except Exception as exc:
+                    # Recorded, not raised into the nursery, like a run's.
+                    self._fail(exc, f"by the rate pacer before item {index} started")
+                    return
                 if self.state.ending.failure is not None:
                     self._rate.refund()
                     return  # invariant 4
