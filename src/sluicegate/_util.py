@@ -214,6 +214,7 @@ class ChannelSource(Generic[T]):
     __slots__ = ("_channel",)
 
     def __init__(self, channel: trio.MemoryReceiveChannel[T]) -> None:
+        # Never changes; the channel keeps its own state.
         self._channel = channel
 
     def __aiter__(self) -> ChannelSource[T]:
