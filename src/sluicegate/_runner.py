@@ -48,6 +48,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, final, runtime_chec
 import attrs
 import trio
 
+from ._asyncio import note_asyncio_on_trio, refuse_outside_trio
 from ._checks import check_flag
 from ._util import (
     YIELD_EVERY,
@@ -845,6 +846,7 @@ class _Dispatcher(Generic[T, R]):
         ending = self.state.ending
         if ending.fail(exc, where):
             exc.add_note(f"sluicegate: raised {where}")
+            note_asyncio_on_trio(exc)
             self._end_waits_for_places()
             if self._trace is not None:
                 self._trace.marked("failure")
@@ -1316,6 +1318,7 @@ def _open_block(
     trace: Recorder | None,
 ) -> _StreamBlock[H]:
     """Check the arguments now, before the source is touched; start the stream on entry."""
+    refuse_outside_trio()
     _check_arguments(source, run, window, rate, trace, drain)
     if rate is not None and getattr(rate, "cost", None) is not None:
         # A pacer that prices each item (RateLimit(cost=...)) needs the item,
