@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import outcome
 import trio
 
-from ._util import logger
+from ._util import in_background, logger
 
 if TYPE_CHECKING:
     import asyncio
@@ -254,10 +254,10 @@ class _Guest:
         )
 
     async def _main(self) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._tick)
+        # A Ctrl-C that trio delivers here (its handler is installed when
+        # nothing else handles SIGINT) ends the run, and comes out as itself.
+        async with in_background(self._tick):
             await self._empty.wait()
-            nursery.cancel_scope.cancel()
 
     def keep_ticking(self) -> None:
         """A trio task started an asyncio task, or was woken by one: tick a few times more.
