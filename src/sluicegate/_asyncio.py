@@ -78,9 +78,10 @@ R = TypeVar("R")
 CANCEL_GRACE = 0.5
 
 # Trio ticks a guest run makes after asyncio work started or ended, before it
-# may wait for the host in its thread (see _Guest.keep_ticking). Measured in
-# bench/aio.py.
-_TICKS = 3
+# may wait for the host in its thread (see _Guest.keep_ticking). One halves
+# what an asyncio source's pull and an open_stream result cost; more gain
+# nothing (docs/performance.md, "From asyncio").
+_TICKS = 1
 
 _TRIO_DIRECTORY = os.path.dirname(trio.__file__) + os.sep
 
@@ -265,8 +266,8 @@ class _Guest:
         With nothing to run, a guest run waits for the host in a thread of
         its own, and waking it from there costs two thread switches. Right
         after asyncio work started or ended, more is likely within a pass or
-        two of the loop: the ticker stays runnable for :data:`_TICKS` ticks,
-        so trio ticks between asyncio's passes instead.
+        two of the loop: the ticker stays runnable for :data:`_TICKS` more
+        ticks, so trio ticks between asyncio's passes instead.
         """
         self._ticks = _TICKS
         ticker = self._ticker
