@@ -1349,3 +1349,20 @@ async def test_places_a_consumer_frees_in_one_go_all_start_runs(ordered: bool) -
         rest = [done async for done in results]
     assert sorted(done.index for done in taken + rest) == list(range(12))
     assert feed.close_count == 1
+
+
+@pytest.mark.parametrize("window", [1, 3, None])
+async def test_each_run_reads_its_own_pull_index(window: int | None) -> None:
+    from sluicegate._runner import CURRENT_INDEX
+
+    async def run(item: str) -> tuple[str, int]:
+        # Checkpoints between the reads: another run's index must not leak in.
+        await trio.lowlevel.checkpoint()
+        index = CURRENT_INDEX.get()
+        await trio.lowlevel.checkpoint()
+        assert CURRENT_INDEX.get() == index
+        return item, index
+
+    items = [f"item{n}" for n in range(20)]
+    assert await run_stream(items, run, window=window) == [(x, n) for n, x in enumerate(items)]
+    assert CURRENT_INDEX.get() == -1

@@ -11,7 +11,7 @@ asked for next.
 The dispatcher pulls only when a window place is free, so the stream never
 needs to know the window: it only decides *what* to hand out and when to
 wait. Everything added passes through the source's admission hook
-(:meth:`SampleSource._admit`) at the moment it is added; an evaluation's
+(:meth:`SampleSource.admit`) at the moment it is added; an evaluation's
 source makes rollout slots there. After a drain, what was accepted but
 never started goes to :meth:`SampleSource.on_abandoned`.
 """
@@ -126,7 +126,7 @@ class SampleSource(Generic[T, R]):
         closed. The default does nothing.
         """
 
-    def _admit(self, items: Iterable[Any], rollout: int | None) -> Iterable[T]:
+    def admit(self, items: Iterable[Any], rollout: int | None) -> Iterable[T]:
         """Turn what a hook or :func:`~sluicegate.enqueue` added into the items to buffer.
 
         The one admission point of a stream: every addition passes through
@@ -388,10 +388,10 @@ class _SampleStream(Generic[T, R]):
             # and the source hears that they will not run; after a failure or
             # a cancellation everything unwinds and they are dropped.
             if self._was_drained():
-                self._abandoned.extend(self._source._admit(items, rollout))
+                self._abandoned.extend(self._source.admit(items, rollout))
             return
         before = len(self._buffer)
-        self._buffer.extend(self._source._admit(items, rollout))
+        self._buffer.extend(self._source.admit(items, rollout))
         if len(self._buffer) != before:
             self._wakeup.unpark_all()
 

@@ -61,17 +61,20 @@ from ._util import (
 )
 
 __all__ = [
+    "CURRENT_INDEX",
     "CURRENT_WINDOW",
     "BindsRun",
     "Done",
     "Drain",
     "Pacer",
+    "PricedPacer",
     "Recorder",
     "open_stream",
     "report_failure",
     "run_each",
     "run_stream",
     "WindowLike",
+    "check_stream_arguments",
 ]
 
 T = TypeVar("T")
@@ -200,6 +203,26 @@ class Pacer(Protocol):
 
 
 @runtime_checkable
+class PricedPacer(Protocol):
+    """A :class:`Pacer` that may price each item (a ``RateLimit(cost=...)``).
+
+    ``cost`` is None when every start takes one unit: the pacer is then
+    awaited before each pull, as any :class:`Pacer`. Otherwise the units
+    depend on the item, which the pull has not got yet, so the dispatcher
+    awaits ``acquire(item)`` in the item's run instead, while the run holds
+    its window place; nothing is refunded then, since the units are spent
+    on an item that runs.
+    """
+
+    @property
+    def cost(self) -> Callable[[Any], float] | None: ...
+
+    async def acquire(self, item: Any = ..., /) -> None: ...
+
+    def refund(self) -> None: ...
+
+
+@runtime_checkable
 class WindowLike(Protocol):
     """A window object passed as ``window=`` (a :class:`~sluicegate.Window`).
 
@@ -211,9 +234,12 @@ class WindowLike(Protocol):
     a pull that yields nothing to run. It calls :meth:`observe` once for
     every run that returned or raised (not for one cut by cancellation),
     with its duration on trio's clock. It reads :attr:`size` and
-    :attr:`in_flight` to decide how many workers to keep, and subscribes to
-    growth so that a larger size starts runs at once, not only as places
-    free. ``acquire()`` must take nothing when it does not return.
+    :attr:`in_flight` to decide how many workers to keep, and calls
+    :meth:`subscribe` with a callback for as long as a stream runs, so that a
+    larger size starts runs at once, not only as places free: the window
+    calls every subscribed callback, in the trio thread, each time its size
+    grows, and forgets one on :meth:`unsubscribe`. ``acquire()`` must take
+    nothing when it does not return.
     """
 
     @property
@@ -230,15 +256,21 @@ class WindowLike(Protocol):
 
     def observe(self, elapsed: float, error: BaseException | None) -> None: ...
 
-    def _subscribe(self, grew: Callable[[], None]) -> None: ...
+    def subscribe(self, grew: Callable[[], None]) -> None: ...
 
-    def _unsubscribe(self, grew: Callable[[], None]) -> None: ...
+    def unsubscribe(self, grew: Callable[[], None]) -> None: ...
 
 
 # The window object the current task's items run under, None for an int
 # window: what sluicegate._window.current_window() reads. It lives here, below
 # the policies, because the dispatcher sets it in each of its workers.
 CURRENT_WINDOW: ContextVar[WindowLike | None] = ContextVar("sluicegate_window", default=None)
+
+# The pull index of the item the current task is running: set by the
+# dispatcher before each run, so the layers above (a service's labels, an
+# evaluation's rows, a campaign's numbering) read the one number instead of
+# counting pulls themselves. -1 outside any run.
+CURRENT_INDEX: ContextVar[int] = ContextVar("sluicegate_index", default=-1)
 
 
 @runtime_checkable
@@ -287,7 +319,7 @@ def report_failure(trace: object, index: int, error: BaseException | str) -> Non
         errored(index, error)
 
 
-def _check_arguments(
+def check_stream_arguments(
     source: object,
     run: object,
     window: object,
@@ -295,6 +327,17 @@ def _check_arguments(
     trace: object,
     drain: object = None,
 ) -> None:
+    """Refuse bad arguments to a stream, before the source is touched.
+
+    The one check behind :func:`run_stream`, :func:`open_stream` and
+    :func:`run_each`, public for the layers that take the same arguments
+    (``serve()``) so that they refuse them in the same words, up front.
+
+    Raises:
+        TypeError: a ``window``, ``run``, ``source``, ``drain``, ``rate`` or
+            ``trace`` of the wrong kind.
+        ValueError: a ``window`` below 1.
+    """
     # invariant 1: a bad window is refused before the source is touched.
     # bool is an int subclass, but window=True is always a mistake; a class
     # has a Window's methods too, unbound: Window for Window(8) is a slip.
@@ -1046,6 +1089,7 @@ class _Dispatcher(Generic[T, R]):
         held_until_taken = self._held_until_taken
         # What current_window() answers in the runs of this worker.
         CURRENT_WINDOW.set(places)
+        set_index = CURRENT_INDEX.set
         try:
             with trio.CancelScope() as scope:
                 status = cancel_status()
@@ -1078,6 +1122,7 @@ class _Dispatcher(Generic[T, R]):
                         state.workers += 1  # invariant 1
                         self._spawn(self._work)
                     index, item = pulled
+                    set_index(index)
                     if trace is not None:
                         trace.started(index)
                     try:
@@ -1114,6 +1159,7 @@ class _Dispatcher(Generic[T, R]):
             if self.state.ending.failure is not None:
                 return  # spawned before a failure, first scheduled after it (invariant 4)
             await trio.lowlevel.checkpoint_if_cancelled()  # invariant 7
+            CURRENT_INDEX.set(index)
             if self._trace is not None:
                 self._trace.started(index)
             now = trio.current_time
@@ -1143,7 +1189,7 @@ class _Dispatcher(Generic[T, R]):
             # A drain requested already closes admission before any pull.
             self._drain._subscribe(self._on_drain)
         if self.places is not None:
-            self.places._subscribe(self._on_grow)
+            self.places.subscribe(self._on_grow)
         # One worker to start with; with a window, each adds another when it
         # finds nobody waiting to pull after it, up to the window. A large
         # window over a short source then costs nothing up front.
@@ -1155,7 +1201,7 @@ class _Dispatcher(Generic[T, R]):
         if self._drain is not None:
             self._drain._unsubscribe(self._on_drain)
         if self.places is not None:
-            self.places._unsubscribe(self._on_grow)
+            self.places.unsubscribe(self._on_grow)
             # Places still held by results nobody took, or by runs cut
             # short: the window outlives this stream. (invariant 1)
             while self.state.held:
@@ -1293,7 +1339,7 @@ class _StreamBlock(Generic[H]):
 
 def _fixed(window: object) -> int | None:
     """The int bound of ``window``, or None for no bound or a window object."""
-    return window if isinstance(window, int) else None  # checked by _check_arguments
+    return window if isinstance(window, int) else None  # checked by check_stream_arguments
 
 
 def _priced(run: Run[T, R], rate: Pacer) -> Run[T, R]:
@@ -1319,8 +1365,8 @@ def _open_block(
 ) -> _StreamBlock[H]:
     """Check the arguments now, before the source is touched; start the stream on entry."""
     refuse_outside_trio()
-    _check_arguments(source, run, window, rate, trace, drain)
-    if rate is not None and getattr(rate, "cost", None) is not None:
+    check_stream_arguments(source, run, window, rate, trace, drain)
+    if isinstance(rate, PricedPacer) and rate.cost is not None:
         # A pacer that prices each item (RateLimit(cost=...)) needs the item,
         # which the pull before it has not got yet: such a limit is taken in
         # the run, with the item, while the run holds its window place.

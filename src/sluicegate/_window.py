@@ -200,9 +200,9 @@ class Window:
         sizes itself from these. It must be quick and must not raise.
         """
 
-    def _subscribe(self, grew: Callable[[], None]) -> None:
-        """Call ``grew`` whenever the size grows, until :meth:`_unsubscribe`."""
+    def subscribe(self, grew: Callable[[], None]) -> None:
+        """Call ``grew`` whenever the size grows, until :meth:`unsubscribe`."""
         self._watchers[grew] = None
 
-    def _unsubscribe(self, grew: Callable[[], None]) -> None:
+    def unsubscribe(self, grew: Callable[[], None]) -> None:
         self._watchers.pop(grew, None)

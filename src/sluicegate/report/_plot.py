@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._trace import Timeline
+from ._errors import ReportError
 from ._layout import COLOURS, MARKS, flight_columns, place, score_bins
 from ._run import RunView, read_run
 from ._text import inert
@@ -22,7 +23,7 @@ __all__ = ["PlotUnavailable", "plot"]
 _COLUMNS = 1200
 
 
-class PlotUnavailable(ImportError):
+class PlotUnavailable(ReportError, ImportError):
     """matplotlib is not installed: the ``plot`` extra brings it."""
 
 

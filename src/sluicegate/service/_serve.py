@@ -46,7 +46,7 @@ from .._runner import (
     Pacer,
     Recorder,
     WindowLike,
-    _check_arguments,
+    check_stream_arguments,
     report_failure,
     run_each,
 )
@@ -296,7 +296,7 @@ class _Settings(Generic[T]):
             raise TypeError(
                 "serve() needs a bounded window (an int >= 1): a service's memory is bounded by it"
             )
-        _check_arguments(source, run, window, rate, trace, drain)
+        check_stream_arguments(source, run, window, rate, trace, drain)
         # Refused here, not met at the first item: by then a plain function has
         # run (its side effect done) and its result could not be awaited, which
         # errors="record" would journal as a dead letter for every item.
@@ -890,8 +890,8 @@ class _GaveUpOn(SampleSource[Any, Any]):
     async def on_abandoned(self, item: Any) -> None:
         await self._inner.on_abandoned(item)
 
-    def _admit(self, items: Iterable[Any], rollout: int | None) -> Iterable[Any]:
-        return self._inner._admit(items, rollout)
+    def admit(self, items: Iterable[Any], rollout: int | None) -> Iterable[Any]:
+        return self._inner.admit(items, rollout)
 
 
 _BACKLOG = 1024  # uncommitted rows before a service without on_outcome waits
