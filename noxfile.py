@@ -61,7 +61,7 @@ def docs(session: nox.Session) -> None:
     )
 
 
-BENCHES = ("run", "service", "trace", "dask", "imports", "kit")
+BENCHES = ("run", "service", "trace", "dask", "imports", "kit", "aio")
 
 
 @nox.session

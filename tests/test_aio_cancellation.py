@@ -102,8 +102,8 @@ def test_a_run_that_ignores_its_cancellation_is_left_running_and_logged(
     assert CANCEL_GRACE < 1.0
     assert stubborn_ended == [6.0]
     messages = [record.getMessage() for record in caplog.records]
-    assert any("a run ignored its cancellation for 0.5 s" in message for message in messages)
-    assert any("a run ended after it was left running" in message for message in messages)
+    assert any("the run ignored its cancellation for 0.5 s" in message for message in messages)
+    assert any("the run ended after it was left running" in message for message in messages)
 
 
 def test_a_failure_cancels_the_other_runs_and_waits_for_them_before_it_is_raised() -> None:

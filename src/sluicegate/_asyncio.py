@@ -183,8 +183,8 @@ def _note_trio_on_asyncio(exc: BaseException, what: str) -> None:
         exc, _TRIO_DIRECTORY
     ):
         exc.add_note(
-            f"sluicegate.aio: this looks like trio code; sluicegate.aio runs {what} as an "
-            "asyncio task, so run trio code with sluicegate.run_stream / sluicegate.open_stream"
+            f"sluicegate.aio: this looks like trio code, but sluicegate.aio calls {what} in an "
+            "asyncio task; hand trio code to sluicegate.run_stream / sluicegate.open_stream"
         )
 
 
@@ -601,7 +601,7 @@ async def _then_wake(
 def on_asyncio(
     fn: Callable[..., Awaitable[R]],
     loop: asyncio.AbstractEventLoop,
-    what: str = "a run",
+    what: str = "the run",
     latch: FailureLatch | None = None,
 ) -> Callable[..., Awaitable[R]]:
     """``fn`` as a trio async function: each call runs ``fn(*args)`` as a task of ``loop``.
@@ -616,7 +616,7 @@ def on_asyncio(
     Args:
         fn: An asyncio coroutine function (or any callable returning an awaitable).
         loop: The running asyncio loop hosting the trio run.
-        what: What ``fn`` is, for the note and the log (``"a run"``).
+        what: What ``fn`` is, for the note and the log (``"the run"``).
         latch: Trip it on a failure, and start nothing once it is tripped
             (see :class:`FailureLatch`).
     """

@@ -58,7 +58,7 @@ def adapt_run(run: Any, loop: asyncio.AbstractEventLoop, latch: FailureLatch) ->
     """
     if not callable(run) or surely_sync(run):
         return run
-    return on_asyncio(run, loop, "a run", latch)
+    return on_asyncio(run, loop, "the run", latch)
 
 
 def _runs_on_trio(source: object) -> bool:

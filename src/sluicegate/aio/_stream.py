@@ -36,7 +36,7 @@ from .._asyncio import (
     start_hosted,
 )
 from .._checks import check_flag
-from .._runner import BindsRun, Done, Drain, Pacer, Recorder, WindowLike
+from .._runner import BindsRun, Done, Drain, Pacer, Recorder, WindowLike, check_stream_arguments
 from .._runner import open_stream as trio_open_stream
 from .._runner import run_stream as trio_run_stream
 from ._adapt import Handover, adapt_run, adapt_source
@@ -91,6 +91,7 @@ async def run_stream(
         Exception: everything :func:`sluicegate.run_stream` raises, the same way.
     """
     refuse_outside_asyncio("sluicegate.aio.run_stream", "sluicegate.run_stream")
+    check_stream_arguments(source, run, window, rate, trace, drain)
     loop = asyncio.get_running_loop()
     latch = FailureLatch()
     stream = functools.partial(
@@ -138,12 +139,12 @@ def open_stream(
         async iterator of :class:`~sluicegate.Done`.
 
     Raises:
-        TypeError: for a non-bool ``ordered``, when called.
-        Exception: everything :func:`sluicegate.open_stream` raises for bad
-            arguments, when the block is entered; the rest as
-            :func:`run_stream`, when it is left.
+        TypeError: for a non-bool ``ordered``, and everything
+            :func:`sluicegate.open_stream` raises for bad arguments, when called.
+        Exception: the rest as :func:`run_stream`, when the block is left.
     """
     check_flag(ordered, "ordered")
+    check_stream_arguments(source, run, window, rate, trace, drain)
     options = _Options(window, ordered, drain, rate, trace)
     return _HostedStream(source, run, options)
 
