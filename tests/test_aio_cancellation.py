@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ from sluicegate.testing import ProbeError
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def feed(closed: list[float]) -> AsyncIterator[int]:
+async def feed(closed: list[float]) -> AsyncGenerator[int, None]:
     try:
         n = 0
         while True:
@@ -256,3 +256,87 @@ def test_ctrl_c_cancels_the_runs_closes_the_source_and_interrupts(
     lines = done.stdout.splitlines()
     assert lines.count("run cancelled") == lines.index("source closed") >= 1
     assert lines[-2:] == ["KeyboardInterrupt", "SIGINT handler restored: True"]
+
+
+def test_an_exception_in_the_body_of_open_stream_is_raised_as_itself() -> None:
+    closed: list[float] = []
+    probe = AsyncioProbe(durations={n: 1.0 + n for n in range(100)})
+
+    async def main() -> None:
+        with pytest.raises(KeyError) as raised:
+            async with sluicegate.aio.open_stream(feed(closed), probe, window=3) as results:
+                async for done in results:
+                    raise KeyError(done.index)
+        assert raised.value.args == (0,)
+        assert asyncio.get_running_loop().time() == 1.0
+
+    run_virtual(main)
+    assert closed == [1.0]
+    assert probe.finished == [0]
+    assert probe.alive == 0
+
+
+def test_a_body_that_swallows_the_failures_cancellation_gets_no_more_results() -> None:
+    async def run(item: int) -> int:
+        await asyncio.sleep(1 + item)
+        if item == 1:
+            raise ProbeError(item)
+        return item
+
+    async def main() -> list[str]:
+        seen: list[str] = []
+        with pytest.raises(ProbeError):
+            async with sluicegate.aio.open_stream(range(3), run, window=3) as results:
+                async for done in results:
+                    seen.append(f"got {done.index}")
+                    try:
+                        await asyncio.sleep(100)
+                    except asyncio.CancelledError:
+                        seen.append("swallowed")  # not what a body should do
+                    with pytest.raises(asyncio.CancelledError):
+                        await anext(results)
+                    seen.append("refused")
+                    break
+        return seen
+
+    assert run_virtual(main) == ["got 0", "swallowed", "refused"]
+
+
+def test_a_stream_cancelled_as_it_starts_closes_its_source_unread() -> None:
+    closed: list[float] = []
+    source = feed(closed)
+    probe = AsyncioProbe()
+
+    async def main() -> None:
+        stream = asyncio.create_task(sluicegate.aio.run_stream(source, probe, window=2))
+        await asyncio.sleep(0)  # the stream is hosted and is about to start
+        stream.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stream
+        with pytest.raises(StopAsyncIteration):
+            await anext(source)  # closed before its first line: no finally ran
+
+    run_virtual(main)
+    assert probe.started == []
+    assert closed == []
+
+
+def test_a_run_cancelled_by_other_code_ends_the_stream_with_that_cancellation() -> None:
+    closed: list[float] = []
+    probe = AsyncioProbe(durations={n: 100.0 for n in range(100)})
+
+    async def run(item: int) -> int:
+        if item == 2:
+            task = asyncio.current_task()
+            assert task is not None
+            # As `await task` would for any task someone else cancelled.
+            asyncio.get_running_loop().call_later(1, task.cancel)
+        return int(await probe(item))
+
+    async def main() -> None:
+        with pytest.raises(asyncio.CancelledError):
+            await sluicegate.aio.run_stream(feed(closed), run, window=3)
+
+    run_virtual(main)
+    assert closed == [1.0]
+    assert sorted(probe.cancelled) == [0, 1, 2]

@@ -301,3 +301,40 @@ def test_a_timeline_records_the_asyncio_runs() -> None:
         ("ok", 1.0),
         ("ok", 1.0),
     ]
+
+
+class Countdown:
+    """An asyncio async iterator that is not a generator: it may have close() or nothing."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.closed_on: list[str] = []
+
+    def __aiter__(self) -> Countdown:
+        return self
+
+    async def __anext__(self) -> int:
+        await asyncio.sleep(0)
+        if self.n == 0:
+            raise StopAsyncIteration
+        self.n -= 1
+        return self.n
+
+
+class ClosableCountdown(Countdown):
+    def close(self) -> None:
+        self.closed_on.append(sniffio.current_async_library())
+
+
+def test_an_async_iterator_without_aclose_is_closed_with_its_close_if_it_has_one() -> None:
+    plain, closable = Countdown(3), ClosableCountdown(2)
+
+    async def main() -> list[list[int]]:
+        return [
+            await sluicegate.aio.run_stream(plain, AsyncioProbe(), window=2),
+            await sluicegate.aio.run_stream(closable, AsyncioProbe(), window=2),
+        ]
+
+    assert run_virtual(main) == [[2, 1, 0], [1, 0]]
+    # Called once, by the dispatcher: a plain close() cannot await, so it runs in trio.
+    assert closable.closed_on == ["trio"]

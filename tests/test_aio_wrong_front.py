@@ -261,3 +261,65 @@ def test_open_stream_is_entered_once_and_read_only_inside_its_block_on_both_fron
 def test_ordered_must_be_a_bool_when_open_stream_is_called() -> None:
     with pytest.raises(TypeError, match="ordered must be True or False, not 1"):
         sluicegate.aio.open_stream(range(3), plain_sleep, window=2, ordered=1)  # type: ignore[arg-type]
+
+
+def test_either_front_driven_by_no_event_loop_at_all_names_the_fronts() -> None:
+    async def run(item: int) -> int:
+        return item
+
+    for stream, message in (
+        (sluicegate.run_stream(range(3), run, window=2), "must be awaited inside trio"),
+        (sluicegate.aio.run_stream(range(3), run, window=2), "inside trio, use"),
+    ):
+        with pytest.raises(RuntimeError, match=message):
+            stream.send(None)
+        stream.close()
+
+
+def test_a_streaming_taskset_is_refused_when_the_block_is_entered_as_on_trio() -> None:
+    class Live(sluicegate.Taskset[int]):
+        async def stream(self) -> AsyncIterator[int]:
+            yield 1
+
+    async def run(item: int) -> int:
+        return item
+
+    async def enter(front: Any) -> None:
+        async with front.open_stream(Live(), run, window=2) as results:
+            async for _ in results:
+                pass
+
+    def refused(call: Callable[[], Any]) -> str:
+        with pytest.raises(TypeError) as raised:
+            call()
+        return str(raised.value)
+
+    on_trio = refused(lambda: trio.run(enter, sluicegate))
+    assert refused(lambda: asyncio.run(enter(sluicegate.aio))) == on_trio
+    assert "streaming taskset" in on_trio
+
+
+def test_a_stream_on_a_second_loop_while_the_first_holds_its_guest_run_is_refused() -> None:
+    async def run(item: int) -> int:
+        await asyncio.sleep(0)
+        return item
+
+    first = asyncio.new_event_loop()
+    started = asyncio.Event()
+
+    async def forever(item: int) -> int:
+        started.set()
+        await asyncio.Event().wait()
+        return item
+
+    try:
+        stream = first.create_task(sluicegate.aio.run_stream(range(1), forever, window=1))
+        first.run_until_complete(started.wait())  # the first loop stops, its stream mid-run
+        with pytest.raises(RuntimeError, match="guest run of another asyncio loop"):
+            asyncio.run(sluicegate.aio.run_stream(range(3), run, window=2))
+        stream.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            first.run_until_complete(stream)
+    finally:
+        first.close()
+    assert asyncio.run(sluicegate.aio.run_stream(range(3), run, window=2)) == [0, 1, 2]
