@@ -15,6 +15,9 @@ import pytest
 
 from sluicegate.testing import load_profile
 
+# The real servers (redis-server, PostgreSQL) as fixtures: see server_fixtures.py.
+pytest_plugins = ["server_fixtures"]
+
 load_profile()
 
 
