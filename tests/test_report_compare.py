@@ -51,13 +51,24 @@ def test_report_of_two_runs_compares_them(
     assert f'{score.difference.mean:+.4g} <span class="muted">[{low:.4g}, {high:.4g}]' in page
     # The changed tasks, worst regression first, each with both runs' samples.
     changes = embedded(page, "compare-data")["changes"]
-    assert [change[0] for change in changes][:1] == ["task-00004"]
-    assert changes[-1][0] == "task-00009"
-    assert [change[0] for change in changes] == [change.task_id for change in comparison.changed]
-    assert all(len(change[6]) == len(change[7]) == 2 for change in changes)
-    worst = embedded(page, "b-sample-0")[changes[0][7][0]]
-    result = embedded(page, "compare-data")["fields"].index("result")
-    assert [field[1] for field in worst[0] if field[0] == result] == ["{'answer': nan}"]
+    assert [change["task"] for change in changes][:1] == ["task-00004"]
+    assert changes[-1]["task"] == "task-00009"
+    assert [change["task"] for change in changes] == [
+        change.task_id for change in comparison.changed
+    ]
+    assert changes[0]["scores"] == [
+        {"name": "score", "a": "0.2165", "b": "-1", "delta": "-1.216", "worse": True}
+    ]
+    assert all(len(change["rows_a"]) == len(change["rows_b"]) == 2 for change in changes)
+    worst = embedded(page, "b-sample-0")[changes[0]["rows_b"][0]]
+    assert worst["fields"]["result"] == "{'answer': nan}"
+    assert worst["row"] == {
+        "score": "-1",
+        "duration": worst["row"]["duration"],
+        "attempts": 1,
+        "rollout": 0,
+        "status": "ok",
+    }
     # The tasks only one run has, counted apart (and their ids are text).
     assert "1 only in A and 1 only in B are counted apart" in page
     assert "&lt;/script&gt;&lt;b&gt;new&lt;/b&gt;" in page

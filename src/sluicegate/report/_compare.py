@@ -1,12 +1,13 @@
 """``sluicegate report RUN_A RUN_B``: one HTML page comparing two runs.
 
 The numbers are :func:`sluicegate.eval.compare_runs`'s, the same that
-``sluicegate compare`` prints: per score both means with their intervals and
-the paired difference with its own; the tasks whose value changed, worst
-regression first; the tasks only one run has, counted apart. The page adds
-what a terminal cannot: each changed task opens to its samples in both runs,
-side by side (embedded as JSON and drawn by the report's script, like the
-report's rows).
+``sluicegate compare`` prints: per score both means with their intervals,
+the paired difference with its own and the verdict in the same words; the
+tasks whose value changed, worst regression first, each once with its
+changed scores side by side; the tasks only one run has, counted apart. The
+page adds what a terminal cannot: each changed task opens to its samples in
+both runs, side by side (embedded as JSON and drawn by the report's script,
+like the report's rows), drawn once however many of its scores changed.
 """
 
 from __future__ import annotations
@@ -14,26 +15,25 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from .._util import write_atomically
-from ..eval._compare import Comparison, ScoreComparison, compare_runs
+from ..eval._compare import Comparison, ScoreComparison, TaskChange, compare_runs
 from ..eval._stats import ScoreStats
 from ._html import (
     CHUNK,
     FIELDS,
-    finite,
     page,
     page_path,
+    row_facts,
     sample_block,
     sample_of,
-    score_text,
     where,
 )
-from ._run import Rollout, RunView, read_run
+from ._run import Rollout, RunView, natural_key, read_run
 from ._text import embed_json, html_text
 
-__all__ = ["COMPARE", "write_comparison"]
+__all__ = ["COMPARE", "verdict", "write_comparison"]
 
 COMPARE: Final = "compare.html"
 # Task ids listed one by one when only one run has them; the rest are counted.
@@ -57,16 +57,42 @@ def _stats(stats: ScoreStats | None, signed: bool = False) -> str:
     return f"{mean}{interval}"
 
 
-def _verdict(score: ScoreComparison) -> str:
+Verdict = Literal["worse", "better", "unclear", "untold"]
+
+# How a verdict is worded, on this page as in ``sluicegate compare``'s text.
+_WORDS: Final[dict[Verdict, str]] = {
+    "worse": "worse (95% sure)",
+    "better": "better (95% sure)",
+    "unclear": "no clear change",
+    "untold": "too few shared tasks to tell",
+}
+
+
+def verdict(score: ScoreComparison) -> tuple[Verdict, str]:
+    """What the 95% interval of a score's paired difference ``B - A`` says, and its words.
+
+    ``worse`` or ``better`` when the whole interval is below or above 0,
+    ``unclear`` when it holds 0, ``untold`` without one (fewer than two
+    shared tasks have the score).
+    """
     difference = score.difference
-    if difference is None or difference.ci95 is None:
-        return '<span class="muted">too few shared tasks to tell</span>'
-    low, high = difference.ci95
-    if high < 0:
-        return '<span class="worse">worse (95% sure)</span>'
-    if low > 0:
-        return '<span class="better">better (95% sure)</span>'
-    return '<span class="muted">no clear change</span>'
+    interval = difference.ci95 if difference is not None else None
+    found: Verdict
+    if interval is None:
+        found = "untold"
+    elif interval[1] < 0:
+        found = "worse"
+    elif interval[0] > 0:
+        found = "better"
+    else:
+        found = "unclear"
+    return found, _WORDS[found]
+
+
+def _verdict(score: ScoreComparison) -> str:
+    found, words = verdict(score)
+    kind = found if found in ("worse", "better") else "muted"
+    return f'<span class="{kind}">{_text(words)}</span>'
 
 
 def _scores(comparison: Comparison) -> str:
@@ -88,6 +114,7 @@ def _scores(comparison: Comparison) -> str:
 def _only(ids: Sequence[str], run: str) -> str:
     if not ids:
         return ""
+    ids = sorted(ids, key=natural_key)
     listed = ", ".join(_text(task) for task in ids[:_LISTED])
     more = f", and {len(ids) - _LISTED} more" if len(ids) > _LISTED else ""
     return (
@@ -99,34 +126,59 @@ def _only(ids: Sequence[str], run: str) -> str:
 def _samples(
     view: RunView, tasks: Iterable[str], prefix: str
 ) -> tuple[dict[str, list[int]], list[str]]:
-    """The rows of ``tasks`` in ``view`` as blocks of samples, and each task's indices in them."""
+    """The rows of ``tasks`` in ``view`` as blocks of samples, and each task's indices in them.
+
+    Each sample is the report's (:func:`~._html.sample_of`) with ``row``:
+    what the report's row shows of it (:func:`~._html.row_facts`).
+    """
     wanted = set(tasks)
     by_task: dict[str, list[Rollout]] = {}
     for rollout in view.rollouts:
         if rollout.task_id in wanted:
             by_task.setdefault(rollout.task_id, []).append(rollout)
     indices: dict[str, list[int]] = {}
-    entries: list[list[Any]] = []
+    entries: list[dict[str, Any]] = []
     for task, rollouts in by_task.items():
         rollouts.sort(key=lambda rollout: rollout.rollout)
         indices[task] = list(range(len(entries), len(entries) + len(rollouts)))
-        # The report's sample, and what the report's row shows of it.
         entries.extend(
-            [
-                *sample_of(rollout, None),
-                score_text(rollout.score),
-                finite(rollout.duration_s),
-                rollout.attempts,
-                rollout.rollout,
-                rollout.status,
-            ]
-            for rollout in rollouts
+            {**sample_of(rollout, None), "row": row_facts(rollout)} for rollout in rollouts
         )
     blocks = [
         sample_block(f"{prefix}{number}", entries[start : start + CHUNK])
         for number, start in enumerate(range(0, len(entries), CHUNK))
     ]
     return indices, blocks
+
+
+def _changes(
+    changed: Sequence[TaskChange], in_a: dict[str, list[int]], in_b: dict[str, list[int]]
+) -> list[dict[str, Any]]:
+    """One entry per changed task, its changed scores side by side, worst regression first.
+
+    ``changed`` comes worst first, so a task stands where its worst change
+    does. ``rows_a`` and ``rows_b`` are the task's samples in each run.
+    """
+    entries: dict[str, dict[str, Any]] = {}
+    for change in changed:
+        entry = entries.get(change.task_id)
+        if entry is None:
+            entry = entries[change.task_id] = {
+                "task": change.task_id,
+                "scores": [],
+                "rows_a": in_a.get(change.task_id, []),
+                "rows_b": in_b.get(change.task_id, []),
+            }
+        entry["scores"].append(
+            {
+                "name": change.name,
+                "a": _number(change.a),
+                "b": _number(change.b),
+                "delta": f"{change.delta:+.4g}",
+                "worse": change.delta < 0,
+            }
+        )
+    return list(entries.values())
 
 
 def render_comparison(
@@ -139,39 +191,28 @@ def render_comparison(
     tasks = {change.task_id for change in changed}
     in_a, blocks_a = _samples(view_a, tasks, "a-sample-")
     in_b, blocks_b = _samples(view_b, tasks, "b-sample-")
-    changes = [
-        [
-            change.task_id,
-            change.name,
-            _number(change.a),
-            _number(change.b),
-            f"{change.delta:+.4g}",
-            change.delta < 0,
-            in_a.get(change.task_id, []),
-            in_b.get(change.task_id, []),
-        ]
-        for change in changed
-    ]
+    changes = _changes(changed, in_a, in_b)
     data = {
         "names": [f"A: {name_a}", f"B: {name_b}"],
         "chunk": CHUNK,
         "fields": FIELDS,
         "changes": changes,
     }
-    worse = sum(1 for change in changed if change.delta < 0)
+    worse = sum(1 for entry in changes if any(score["worse"] for score in entry["scores"]))
     shared = (
         f"<p>{comparison.shared:,} task(s) in both runs: the differences pair them. "
         f"{len(comparison.only_a):,} only in A and {len(comparison.only_b):,} only in B "
         "are counted apart.</p>" + _only(comparison.only_a, "A") + _only(comparison.only_b, "B")
     )
     listing = (
-        f'<p class="muted">{len(changed):,} change(s), {worse:,} for the worse; worst regression '
-        "first. Open one to see the task's samples in both runs side by side.</p>"
+        f'<p class="muted">{len(changes):,} task(s) changed, {worse:,} for the worse in some '
+        "score; worst regression first. Open one to see its samples in both runs side by "
+        "side.</p>"
         '<div class="changes" id="changes" aria-label="changed tasks">'
         '<div class="head"><span>task id</span><span>score</span><span class="num">A</span>'
         '<span class="num">B</span><span class="num">B \u2212 A</span></div></div>'
         '<button type="button" id="changes-more" class="edge" hidden></button>'
-        if changed
+        if changes
         else '<p class="muted">No shared task changed its value.</p>'
     )
     body = (
