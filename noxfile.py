@@ -61,7 +61,7 @@ def docs(session: nox.Session) -> None:
     )
 
 
-BENCHES = ("run", "service", "trace", "dask", "imports")
+BENCHES = ("run", "service", "trace", "dask", "imports", "report")
 
 
 @nox.session

@@ -21,7 +21,7 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -304,8 +304,27 @@ class _Rows:
     rows_of: dict[str, int]
 
 
+def _error_head(rollout: Rollout) -> str:
+    error = rollout.error
+    if error is None:
+        return ""
+    head = f"{error.type}: {error.message}" if error.message else error.type
+    return head[:_ERROR_HEAD]
+
+
+def _score_column(rollouts: Sequence[Rollout], name: str) -> list[float | None]:
+    return [
+        finite(score.get(name) if isinstance(score, dict) else score if name == "score" else None)
+        for score in (rollout.score for rollout in rollouts)
+    ]
+
+
 def _rows_data(run: RunView, slots: Mapping[str, str]) -> _Rows:
-    """The table's columns and the blocks of samples, in one pass over the rollouts."""
+    """The table's columns and the blocks of samples.
+
+    A column at a time (a list comprehension each): a report of 100,000
+    rows spends half as long here as with one loop appending to them all.
+    """
     rollouts = run.rollouts
     names: dict[str, None] = {}
     for rollout in rollouts:
@@ -314,57 +333,38 @@ def _rows_data(run: RunView, slots: Mapping[str, str]) -> _Rows:
             names.update(dict.fromkeys(score))
         elif score is not None:
             names["score"] = None
-    scores: dict[str, list[float | None]] = {name: [] for name in names}
-    task: list[str] = []
-    number: list[int] = []
-    status: list[str] = []
-    attempts: list[int] = []
-    duration: list[float | None] = []
-    errors: list[str] = []
-    shown: list[str] = []
-    statuses: Counter[str] = Counter()
-    rows_of: dict[str, int] = {}
-    blocks: list[str] = []
-    block: list[dict[str, Any]] = []
-    for row, rollout in enumerate(rollouts):
-        task.append(rollout.task_id)
-        number.append(rollout.rollout)
-        status.append(rollout.status)
-        statuses[rollout.status] += 1
-        attempts.append(rollout.attempts)
-        duration.append(finite(rollout.duration_s))
-        error = rollout.error
-        if error is None:
-            errors.append("")
-        else:
-            head = f"{error.type}: {error.message}" if error.message else error.type
-            errors.append(head[:_ERROR_HEAD])
-        score = rollout.score
-        shown.append(score_text(score))
-        values = score if isinstance(score, dict) else {"score": score}
-        for name, column in scores.items():
-            column.append(finite(values.get(name)))
-        label = rollout_label(rollout.task_id, rollout.rollout)
-        rows_of[label] = row
-        block.append(sample_of(rollout, slots.get(label)))
-        if len(block) == CHUNK:
-            blocks.append(sample_block(f"sample-{len(blocks)}", block))
-            block = []
-    if block:
-        blocks.append(sample_block(f"sample-{len(blocks)}", block))
+    task = [rollout.task_id for rollout in rollouts]
+    number = [rollout.rollout for rollout in rollouts]
+    status = [rollout.status for rollout in rollouts]
+    labels = [rollout_label(*key) for key in zip(task, number, strict=True)]
+    # A block at a time: 100,000 samples alive at once cost the garbage
+    # collector more than their encoding.
+    blocks = [
+        sample_block(
+            f"sample-{count}",
+            [
+                sample_of(rollout, slots.get(label) if slots else None)
+                for rollout, label in zip(
+                    rollouts[start : start + CHUNK], labels[start : start + CHUNK], strict=True
+                )
+            ],
+        )
+        for count, start in enumerate(range(0, len(rollouts), CHUNK))
+    ]
     data = {
         "task": task,
         "rollout": number,
         "status": status,
-        "attempts": attempts,
-        "duration": duration,
-        "error": errors,
-        "score": shown,
+        "attempts": [rollout.attempts for rollout in rollouts],
+        "duration": [finite(rollout.duration_s) for rollout in rollouts],
+        "error": [_error_head(rollout) for rollout in rollouts],
+        "score": [score_text(rollout.score) for rollout in rollouts],
         "chunk": CHUNK,
         "fields": FIELDS,
-        "scores": scores,
+        "scores": {name: _score_column(rollouts, name) for name in names},
     }
-    return _Rows(data=data, blocks=blocks, statuses=statuses, rows_of=rows_of)
+    rows_of = dict(zip(labels, range(len(labels)), strict=True))
+    return _Rows(data=data, blocks=blocks, statuses=Counter(status), rows_of=rows_of)
 
 
 # -- the summary -----------------------------------------------------------------------

@@ -350,8 +350,8 @@
 
     // Opens row ``i`` wherever it is, clearing the filters if they hide it.
     function open(i) {
-      var at = view.indexOf(i);
-      if (at === -1) {
+      var at = view.indexOf(i), cleared = at === -1;
+      if (cleared) {
         status = "all";
         buttons.forEach(function (b) {
           b.setAttribute("aria-pressed", String(b.getAttribute("data-filter") === "all"));
@@ -359,11 +359,10 @@
         search.value = errsearch.value = low.value = high.value = "";
         filter();
         at = view.indexOf(i);
-        // A new view: the rows in the list are the old view's, whatever
-        // their number, so it is drawn again around the row.
-        start = end = 0;
       }
-      if (at < start || at >= end) {
+      // A new view: the list holds the old view's rows, whatever start and
+      // end say of the new one, so it is drawn again around the row.
+      if (cleared || at < start || at >= end) {
         var from = Math.max(0, at - 20);
         draw(from, Math.min(view.length, from + PAGE));
       }
