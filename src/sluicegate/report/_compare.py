@@ -239,8 +239,8 @@ def write_comparison(
     Args:
         run_a: The baseline's run directory.
         run_b: The candidate's run directory.
-        output: Where to write (``compare.html`` inside it when it is a
-            directory); default ``RUN_B/compare.html``.
+        output: Where to write: a ``.html`` file, or a directory to write
+            ``compare.html`` in; default ``RUN_B/compare.html``.
 
     Returns:
         The path written.
@@ -248,7 +248,8 @@ def write_comparison(
     Raises:
         FileNotFoundError: a directory does not exist, or the folder
             ``output`` goes in does not.
-        ValueError: a directory holds no run.
+        ValueError: a directory holds no run, or ``output`` names a file
+            that is not ``.html`` (or ``.htm``).
         OSError: the page cannot be written.
     """
     a, b = Path(run_a), Path(run_b)

@@ -726,8 +726,8 @@ def write_report(
 
     Args:
         directory: An evaluation's run directory, or any directory with a trace.
-        output: Where to write (``report.html`` inside it when it is a
-            directory); default ``DIRECTORY/report.html``.
+        output: Where to write: a ``.html`` file, or a directory to write
+            ``report.html`` in; default ``DIRECTORY/report.html``.
 
     Returns:
         The path written.
@@ -735,6 +735,7 @@ def write_report(
     Raises:
         FileNotFoundError: ``directory`` does not exist or holds nothing to
             report, or the folder ``output`` goes in does not exist.
+        ValueError: ``output`` names a file that is not ``.html`` (or ``.htm``).
         OSError: the report cannot be written.
     """
     directory = Path(directory)
