@@ -105,6 +105,10 @@ PRIVATE_IMPORTS: dict[str, tuple[set[str], str]] = {
         "UsageError, the usage refusal (exit 2)",
     ),
     "test_eval_rollouts.py": ({"sluicegate.eval._slots"}, "TaskCapWarning, for tasks beyond -n"),
+    "test_eval_runs.py": (
+        {"sluicegate.eval._log"},
+        "holds a run's SessionLock, as a live session does, without running one",
+    ),
     "test_eval_samples.py": (
         {
             "sluicegate._values",

@@ -15,6 +15,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import shlex
 import warnings
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -27,6 +28,7 @@ import attrs
 import trio
 
 from .._adaptive import AdaptiveWindow
+from .._checks import check_flag
 from .._runner import Drain, Recorder, open_stream, report_failure
 from .._signals import DEFAULT_SIGNALS, drain_on_signals
 from .._trace import recording
@@ -35,11 +37,11 @@ from ._config import (
     ErrorBudget,
     EvalConfig,
     UsageError,
-    configure,
     differences,
+    parse_concurrency,
     task_arguments,
 )
-from ._display import Display, Summary, make_display, resume_command
+from ._display import Display, Summary, header_text, make_display, resume_command
 from ._format import RESULTS, TORN, Previous, read_results, read_run_record
 from ._log import RunLog, SessionLock, check_new
 from ._records import RolloutRow, RunRecord, StopReason
@@ -47,7 +49,7 @@ from ._rollout import AttemptFn, Rollouts, attempt_here
 from ._slots import DuplicateTaskId, EvalSource, Kind, Slot, Source, check, kind_of, plan
 from ._tally import RunTally
 from ._target import Parts, environment
-from ._verdict import EvalReport, begin, budget_text, end
+from ._verdict import EvalReport, begin, budget_text, check_floors, end
 
 if TYPE_CHECKING:
     from ..dask import DaskBridge
@@ -110,72 +112,115 @@ def _on_dask() -> ModuleType:
 _NOTHING = "nothing to evaluate: the taskset gave no task, or --id matched none of those read"
 
 
-def _check_hooks(drain: object, trace: object) -> None:
-    """Refuse a ``drain`` or ``trace`` the runner would refuse, before anything is written.
+def _output_dir(value: object) -> Path | None:
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(
+            f"output_dir (-o) must be a path (str or os.PathLike) or None, not {value!r}"
+        )
+    if not os.fspath(value):
+        # Path("") is the current directory: never what an empty -o meant.
+        raise UsageError("-o/--output (output_dir) is empty: give the run's directory")
+    return Path(value)
 
-    Raises:
-        UsageError: naming the argument.
-    """
-    if drain is not None and not isinstance(drain, Drain):
-        raise UsageError(f"drain must be a sluicegate.Drain or None, not {drain!r}")
+
+def _resume(session: _Session, _: Any, value: bool) -> None:
+    if check_flag(value, "resume") and session.output_dir is None:
+        raise UsageError("resume=True needs output_dir: the directory of the run to continue")
+
+
+def _drain(_: object, __: Any, value: Drain | None) -> None:
+    if value is not None and not isinstance(value, Drain):
+        raise TypeError(f"drain must be a sluicegate.Drain or None, not {value!r}")
+
+
+def _trace(_: object, __: Any, value: Recorder | Literal[True] | None) -> None:
     # A class has the methods too, unbound: Timeline for Timeline() is a slip.
     if not (
-        trace is None
-        or trace is True
-        or (isinstance(trace, Recorder) and not isinstance(trace, type))
+        value is None
+        or value is True
+        or (isinstance(value, Recorder) and not isinstance(value, type))
     ):
-        raise UsageError(
+        raise TypeError(
             f"trace must be True, None or a recorder with pulled(), started(), finished() "
-            f"and marked() (a Timeline), not {trace!r}"
+            f"and marked() (a Timeline), not {value!r}"
         )
 
 
+@attrs.frozen(kw_only=True)
+class _Session:
+    """How this session runs: the settings of :func:`evaluate` that ``run.json`` does not
+    record (a resume may change them). Building one checks them.
+
+    Attributes:
+        output_dir: Where the run's files go (None: a new directory under ``runs/``).
+        resume: Continue the run in ``output_dir``.
+        display: The progress display, or None.
+        drain: The drain the caller holds, or None.
+        signals: Drain on the first SIGINT/SIGTERM, cancel on the second.
+        trace: The recorder handed to the runner, True to record
+            ``trace.json`` in the output directory, or None.
+        dask: Where attempts run, when on a Dask cluster.
+    """
+
+    output_dir: Path | None = attrs.field(default=None, converter=_output_dir)
+    resume: bool = attrs.field(default=False, validator=_resume)
+    display: Display | None = attrs.field(default=None, converter=make_display)
+    drain: Drain | None = attrs.field(default=None, validator=_drain)
+    signals: bool = attrs.field(default=False, validator=lambda _, __, v: check_flag(v, "signals"))
+    trace: Recorder | Literal[True] | None = attrs.field(default=None, validator=_trace)
+    dask: str | DaskBridge | None = None
+
+
 def _setup(
-    env: object,
-    resume: bool,
-    output_dir: str | os.PathLike[str] | None,
-    dask: object,
-    **settings: Any,
+    env: object, config: EvalConfig, task_args: Mapping[str, Any] | None, session: _Session
 ) -> _Setup:
-    """Resolve the environment and check every setting, before anything runs.
+    """Resolve the environment and finish the config, before anything runs.
 
     Nothing is written, except that a resume sets aside a torn last line.
+
+    Args:
+        config: The settings checked so far: the target, the output and the
+            ``-T`` arguments are filled in here.
+        task_args: The ``-T`` arguments as given (None: on a resume, the
+            recorded ones).
 
     Raises:
         UsageError: for the first thing refused.
     """
-    if resume and output_dir is None:
-        raise UsageError("resume=True needs output_dir: the directory of the run to continue")
-    if output_dir is not None and not os.fspath(output_dir):
-        # Path("") is the current directory: never what an empty -o meant.
-        raise UsageError("-o/--output (output_dir) is empty: give the run's directory")
+    output_dir, resume, dask = session.output_dir, session.resume, session.dask
     earlier = None
     if env is None:
         if not resume:
             raise UsageError("no environment given: pass one, or a TARGET string")
-        earlier = read_run_record(Path(str(output_dir)))
+        assert output_dir is not None  # _Session checked it
+        earlier = read_run_record(output_dir)
         env = earlier.config.target
         if env is None:
             raise UsageError(
-                f"{Path(str(output_dir)) / 'run.json'} names no TARGET (the run was started "
+                f"{output_dir / 'run.json'} names no TARGET (the run was started "
                 f"from Python): give the environment again"
             )
-    task_args = settings.pop("task_args", None)
     if task_args is None and resume:
         # A resume passes the factory the arguments the run was started with.
+        assert output_dir is not None
         with contextlib.suppress(UsageError):
-            earlier = earlier or read_run_record(Path(str(output_dir)))
+            earlier = earlier or read_run_record(output_dir)
         task_args = earlier.config.task_args if earlier is not None else None
-    task_args = task_arguments(task_args)
-    if task_args and dask is not None:
+    checked = task_arguments(task_args)
+    if checked and dask is not None:
         raise UsageError(
             "-T cannot be used with --dask: the workers build the environment from TARGET alone"
         )
-    parts = environment(env, task_args)
-    output = Path(output_dir) if output_dir is not None else _default_output(parts.name)
-    config = configure(target=parts.target, output=str(output), task_args=task_args, **settings)
+    parts = environment(env, checked)
+    output = output_dir if output_dir is not None else _default_output(parts.name)
+    config = attrs.evolve(config, target=parts.target, output=str(output), task_args=checked)
+    # Now that the environment's file is loaded: --retry-on may name a class of it.
+    config.retry()
     kind = kind_of(parts.taskset)
     check(kind, config, resume)
+    check_floors(config.min_score, config.reduce, parts.score is not None, parts.scores)
     if dask is not None:
         if kind is Kind.DYNAMIC:
             raise UsageError(
@@ -249,6 +294,25 @@ def _slot_label(item: object) -> str | None:
     return f"{item.task_id} #{item.rollout}" if isinstance(item, Slot) else None
 
 
+def _show_traceback(row: RolloutRow, directory: Path, config: EvalConfig) -> None:
+    """Show the traceback of the rollout that stops the run, and where its whole record is."""
+    if row.error is None:
+        return
+    frames, internal = row.error.own_frames()
+    left_out = f", and {internal} sluicegate and trio frames left out here" if internal else ""
+    logger.error(
+        "the run stops at task %s rollout %d (--fail-on-error %s); its traceback:\n%s\n"
+        "the whole record (every attempt%s) is its row in %s; sluicegate report %s shows it",
+        row.task_id,
+        row.rollout,
+        config.fail_on_error,
+        frames,
+        left_out,
+        directory / RESULTS,
+        shlex.quote(str(directory)),
+    )
+
+
 def _name_error(row: RolloutRow, tally: RunTally) -> None:
     if tally.errors <= FIRST_ERRORS:
         tried = f" after {row.attempts} attempts" if row.attempts > 1 else ""
@@ -290,12 +354,13 @@ async def _run_slots(
                 log.write(row)
                 tally.add(row)
                 if window is not None:
-                    tally.concurrency = window.size  # the display shows the size in force
+                    tally.sized(window.size)  # the display shows the size in force
                 if row.status == "error":
                     if row.error is not None:
                         report_failure(trace, done.index, row.error.type)
                     _name_error(row, tally)
                     if budget.crossed(tally.errors, None if tally.growing else tally.planned):
+                        _show_traceback(row, log.directory, config)
                         raise _ErrorBudgetCrossed
     except _ErrorBudgetCrossed:
         return "failed", budget_text(config, tally.errors)
@@ -357,7 +422,7 @@ def _summary(record: RunRecord, setup: _Setup, tally: RunTally) -> Summary:
         counts=record.counts,
         scores=record.scores,
         output=record.config.output,
-        elapsed=trio.current_time() - tally.started,
+        elapsed=trio.current_time() - tally.began,
         abandoned=tuple(tally.abandoned_names),
         score_stats=record.score_stats,
         reduced=record.reduced,
@@ -367,14 +432,7 @@ def _summary(record: RunRecord, setup: _Setup, tally: RunTally) -> Summary:
     )
 
 
-async def _session(
-    setup: _Setup,
-    shown: Display | None,
-    drain: Drain | None,
-    signals: bool,
-    trace: Recorder | Literal[True] | None,
-    dask: str | DaskBridge | None,
-) -> tuple[RunRecord, RunTally]:
+async def _session(setup: _Setup, session: _Session) -> tuple[RunRecord, RunTally]:
     """Plan and run the rollouts, then write the final ``run.json``; returns it and the tally."""
     config = setup.config
     window = (
@@ -385,9 +443,10 @@ async def _session(
     # With -c auto the display's bound follows the adaptive window (see _run_slots).
     tally = RunTally(
         concurrency=config.concurrency if window is None else window.size,
-        started=trio.current_time(),
+        began=trio.current_time(),
     )
-    drain = drain if drain is not None else Drain()
+    drain = session.drain if session.drain is not None else Drain()
+    signals, trace = session.signals, session.trace
     # The first signal stops waiting for a load() still reading; the second
     # cancels the rollouts in flight.
     startup, cancel = trio.CancelScope(), trio.CancelScope()
@@ -399,8 +458,8 @@ async def _session(
             on_signal=lambda _, __: startup.cancel(),
         ),
         # The cluster before the display: a refusal from it is shown alone.
-        _attempts(dask, setup.parts, config) as (attempt, timeout),
-        _showing(shown, tally),
+        _attempts(session.dask, setup.parts, config) as (attempt, timeout),
+        _showing(session.display, tally),
     ):
         source: Source | None = None
         with startup:
@@ -467,7 +526,9 @@ async def evaluate(
     """Evaluate ``env``: run its tasks' rollouts, record every one, and judge the run.
 
     Every argument is checked, and the environment resolved, before anything
-    runs or anything is written; a mistake raises :class:`ValueError` then.
+    runs or anything is written: a setting of the wrong type raises
+    :class:`TypeError`, any other mistake :class:`ValueError`, each naming
+    the setting as its flag (``-r/--rollouts must be an int >= 1, not 0``).
     Writes ``results.jsonl`` (one row per rollout, as it finishes) and
     ``run.json`` to ``output_dir``. See ``docs/eval.md`` for each setting.
 
@@ -493,9 +554,11 @@ async def evaluate(
         timeout: Seconds each attempt may take; an expiry is a ``TimeoutError``.
         fail_on_error: Error rows that fail the run: a count ``N`` (fails at
             the ``N``-th; 0 and 1 at the first) or a fraction in (0, 1).
-        min_score: The lowest mean score that passes: a number for every
-            score, or a mapping of score names (``"*"`` for every score) or
-            reduced score names (``"pass_at_1"``).
+        min_score: The lowest mean score that passes (the task-weighted
+            mean, see ``docs/eval.md``): a number for every score, or a
+            mapping of score names (``"*"`` for every score) or reduced
+            score names (``"pass_at_1"``). A name no score of the run can
+            have is refused before the run.
         reduce: Reducers over each task's rollouts (``"mean"``, ``"max"``,
             ``"min"``, ``"median"``, ``"mode"``, ``"pass_at_K"``,
             ``"at_least_K"``): their per-task values go to ``tasks.jsonl``,
@@ -526,20 +589,26 @@ async def evaluate(
         The :class:`~sluicegate.eval.EvalReport`; ``run.json`` says the same.
 
     Raises:
+        TypeError: a setting of the wrong type (``drain="x"``, ``rollouts="2"``).
         ValueError: a setting, the environment or the output directory was
             refused before anything ran (a ``load()`` that raised and
             duplicate task ids included).
     """
-    _check_hooks(drain, trace)
-    shown = make_display(display)
-    setup = _setup(
-        env,
-        resume,
-        output_dir,
-        dask,
+    session = _Session(
+        output_dir=output_dir,
+        resume=resume,
+        display=display,
+        drain=drain,
+        signals=signals,
+        trace=trace,
+        dask=dask,
+    )
+    bound, adaptive = parse_concurrency(concurrency)
+    config = EvalConfig(
         num_tasks=num_tasks,
         rollouts=rollouts,
-        concurrency=concurrency,
+        concurrency=bound,
+        adaptive=adaptive,
         shuffle=shuffle,
         system_prompt=system_prompt,
         ids=ids,
@@ -550,16 +619,18 @@ async def evaluate(
         min_score=min_score,
         reduce=reduce,
         pass_threshold=pass_threshold,
-        task_args=task_args,
         trace=trace is True,  # recorded in run.json, so that a resume traces too
     )
+    setup = _setup(env, config, task_args, session)
+    if session.display is not None:
+        session.display.header(header_text(setup.parts.name, setup.config, session.resume))
     try:
-        record, tally = await _session(setup, shown, drain, signals, trace, dask)
+        record, tally = await _session(setup, session)
     finally:
         # The session's own lock (a resume's, taken before anything was read);
         # a RunLog lets go of its lock itself.
         if setup.lock is not None:
             setup.lock.release()
     # After the live display has stopped, so that the summary stands alone.
-    _conclude(shown, record, setup, tally)
+    _conclude(session.display, record, setup, tally)
     return EvalReport.of(record, Path(record.config.output))
