@@ -87,3 +87,38 @@ def test_report_of_two_runs_refuses_what_is_not_a_run(
     assert main(["report", str(a), str(tmp_path / "empty")]) == 2
     assert capsys.readouterr().err.startswith("sluicegate report: error: ")
     assert not (b / "compare.html").exists()
+
+
+def test_the_page_gives_compare_s_verdicts_settings_and_errored_tasks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_eval_run(a, 40, trace=False, error_every=0)
+    write_eval_run(b, 40, trace=False, error_every=0)
+    rows = [json.loads(line) for line in (b / "results.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["task_id"] == "task-00002":  # every rollout errored in B
+            row.update(status="error", score=None, error={"type": "OSError", "message": "down"})
+    (b / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    record = json.loads((b / "run.json").read_text())
+    record["config"]["rollouts"] = 3
+    (b / "run.json").write_text(json.dumps(record))
+    assert main(["compare", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    assert main(["report", str(a), str(b)]) == 0
+    capsys.readouterr()
+    page = (b / "compare.html").read_text(encoding="utf-8")
+    # The verdict in compare's words, on the page as in the text.
+    verdicts = ("worse (95% sure)", "better (95% sure)", "no clear change")
+    (words,) = [words for words in verdicts if words in text]
+    assert f">{words}</span>" in page
+    # The settings that differ, as compare names them.
+    assert "settings that differ: -r not given in A, 3 in B" in text
+    assert "<tr><td>-r</td><td>not given</td><td>3</td></tr>" in page
+    # The task whose rollouts all errored is a change, listed first, with its samples.
+    (change,) = embedded(page, "compare-data")["changes"]
+    assert change["task"] == "task-00002"
+    assert change["scores"] == [
+        {"name": "status", "a": "ok", "b": "every rollout errored", "delta": "", "worse": True}
+    ]
+    assert len(change["rows_a"]) == len(change["rows_b"]) == 2

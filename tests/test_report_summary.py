@@ -56,12 +56,14 @@ def test_a_killed_run_says_so_what_it_planned_and_how_to_resume(tmp_path: Path) 
     page = write_report(run).read_text(encoding="utf-8")
     assert '<span class="badge killed">killed</span>' in page
     (said,) = re.findall(r'<p class="killed">(.*?)</p>', page)
-    assert said.startswith("<b>Killed.</b> Its last session never wrote its end to run.json")
+    assert said.startswith(
+        "<b>Killed.</b> Its last session never wrote its end to run.json, and no session holds it."
+    )
     assert "It planned 40 tasks \u00d7 2 rollouts (80 rollouts)" in said
     assert "results.jsonl holds 30 rollouts (30 ok) of 16 tasks" in said
     command = f"sluicegate eval --resume {shlex.quote(str(run))}"
     assert f"Resume it with <code>{command.replace(chr(39), '&#x27;')}</code>" in said
-    assert "stop reason</th><td>none: killed (or still running)" in page
+    assert "stop reason</th><td>none: killed" in page
 
 
 def test_a_killed_run_of_a_python_environment_says_how_to_resume_from_python(
@@ -174,3 +176,18 @@ def test_the_tasks_table_lists_task_ids_in_natural_order(tmp_path: Path) -> None
     page = write_report(tmp_path).read_text(encoding="utf-8")
     tasks = embedded(page, "tasks-data")["rows"]
     assert [task["task"] for task in tasks] == ["t1", "t2", "T3", "t9", "t10", "t11"]
+
+
+def test_a_run_a_session_holds_is_running_not_killed(tmp_path: Path) -> None:
+    fcntl = pytest.importorskip("fcntl")
+    write_eval_run(tmp_path, 6, trace=False)
+    rewrite(tmp_path, "run.json", killed)
+    # What a running session holds: an exclusive flock on the run's .lock file.
+    with (tmp_path / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        page = write_report(tmp_path).read_text(encoding="utf-8")
+    assert '<span class="badge killed">running</span>' in page
+    (said,) = re.findall(r'<p class="killed">(.*?)</p>', page)
+    assert said.startswith("<b>Running.</b> A session is running it now")
+    assert "stop reason</th><td>none yet: running" in page
+    assert "--resume" not in page

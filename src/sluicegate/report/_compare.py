@@ -1,10 +1,12 @@
 """``sluicegate report RUN_A RUN_B``: one HTML page comparing two runs.
 
 The numbers are :func:`sluicegate.eval.compare_runs`'s, the same that
-``sluicegate compare`` prints: per score both means with their intervals,
-the paired difference with its own and the verdict in the same words; the
-tasks whose value changed, worst regression first, each once with its
-changed scores side by side; the tasks only one run has, counted apart. The
+``sluicegate compare`` prints: the settings that differ; per score both
+means with their intervals, the paired difference with its own and the
+verdict in the same words (:data:`~sluicegate.eval._compare.VERDICT_WORDS`);
+the tasks that changed, worst first, each once with its changes side by
+side (a task every rollout of which errored in one run is a change); the
+tasks only one run has, counted apart. The
 page adds what a terminal cannot: each changed task opens to its samples in
 both runs, side by side (embedded as JSON and drawn by the report's script,
 like the report's rows), drawn once however many of its scores changed.
@@ -15,10 +17,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from .._util import write_atomically
-from ..eval._compare import Comparison, ScoreComparison, TaskChange, compare_runs
+from ..eval._compare import VERDICT_WORDS, Comparison, ScoreComparison, compare_runs
 from ..eval._stats import ScoreStats
 from ._html import (
     CHUNK,
@@ -33,11 +35,13 @@ from ._html import (
 from ._run import Rollout, RunView, natural_key, read_run
 from ._text import embed_json, html_text
 
-__all__ = ["COMPARE", "verdict", "write_comparison"]
+__all__ = ["COMPARE", "write_comparison"]
 
 COMPARE: Final = "compare.html"
 # Task ids listed one by one when only one run has them; the rest are counted.
 _LISTED: Final = 200
+# A task's change when every rollout of it errored in one run.
+_ERRORED: Final = "every rollout errored"
 
 _text = html_text
 
@@ -57,42 +61,11 @@ def _stats(stats: ScoreStats | None, signed: bool = False) -> str:
     return f"{mean}{interval}"
 
 
-Verdict = Literal["worse", "better", "unclear", "untold"]
-
-# How a verdict is worded, on this page as in ``sluicegate compare``'s text.
-_WORDS: Final[dict[Verdict, str]] = {
-    "worse": "worse (95% sure)",
-    "better": "better (95% sure)",
-    "unclear": "no clear change",
-    "untold": "too few shared tasks to tell",
-}
-
-
-def verdict(score: ScoreComparison) -> tuple[Verdict, str]:
-    """What the 95% interval of a score's paired difference ``B - A`` says, and its words.
-
-    ``worse`` or ``better`` when the whole interval is below or above 0,
-    ``unclear`` when it holds 0, ``untold`` without one (fewer than two
-    shared tasks have the score).
-    """
-    difference = score.difference
-    interval = difference.ci95 if difference is not None else None
-    found: Verdict
-    if interval is None:
-        found = "untold"
-    elif interval[1] < 0:
-        found = "worse"
-    elif interval[0] > 0:
-        found = "better"
-    else:
-        found = "unclear"
-    return found, _WORDS[found]
-
-
 def _verdict(score: ScoreComparison) -> str:
-    found, words = verdict(score)
+    """The verdict in the words ``sluicegate compare`` prints (one wording, eval's)."""
+    found = score.verdict
     kind = found if found in ("worse", "better") else "muted"
-    return f'<span class="{kind}">{_text(words)}</span>'
+    return f'<span class="{kind}">{_text(VERDICT_WORDS[found])}</span>'
 
 
 def _scores(comparison: Comparison) -> str:
@@ -152,24 +125,33 @@ def _samples(
 
 
 def _changes(
-    changed: Sequence[TaskChange], in_a: dict[str, list[int]], in_b: dict[str, list[int]]
+    comparison: Comparison, in_a: dict[str, list[int]], in_b: dict[str, list[int]]
 ) -> list[dict[str, Any]]:
-    """One entry per changed task, its changed scores side by side, worst regression first.
+    """One entry per changed task, its changes side by side, worst first (as compare lists them).
 
-    ``changed`` comes worst first, so a task stands where its worst change
-    does. ``rows_a`` and ``rows_b`` are the task's samples in each run.
+    First the tasks every rollout of which errored in B (and not in A), then
+    the tasks whose values changed (``comparison.changed`` comes worst
+    first, so a task stands where its worst change does), then those every
+    rollout of which errored in A. ``rows_a`` and ``rows_b`` are the task's
+    samples in each run.
     """
     entries: dict[str, dict[str, Any]] = {}
-    for change in changed:
-        entry = entries.get(change.task_id)
-        if entry is None:
-            entry = entries[change.task_id] = {
-                "task": change.task_id,
+
+    def entry(task: str) -> list[dict[str, Any]]:
+        if task not in entries:
+            entries[task] = {
+                "task": task,
                 "scores": [],
-                "rows_a": in_a.get(change.task_id, []),
-                "rows_b": in_b.get(change.task_id, []),
+                "rows_a": in_a.get(task, []),
+                "rows_b": in_b.get(task, []),
             }
-        entry["scores"].append(
+        found: list[dict[str, Any]] = entries[task]["scores"]
+        return found
+
+    for task in comparison.errored_b:
+        entry(task).append({"name": "status", "a": "ok", "b": _ERRORED, "delta": "", "worse": True})
+    for change in comparison.changed:
+        entry(change.task_id).append(
             {
                 "name": change.name,
                 "a": _number(change.a),
@@ -178,7 +160,26 @@ def _changes(
                 "worse": change.delta < 0,
             }
         )
+    for task in comparison.errored_a:
+        entry(task).append(
+            {"name": "status", "a": _ERRORED, "b": "ok", "delta": "", "worse": False}
+        )
     return list(entries.values())
+
+
+def _settings(comparison: Comparison) -> str:
+    """The settings that differ between the runs, as ``sluicegate compare`` names them."""
+    if not comparison.settings:
+        return ""
+    rows = "".join(
+        f"<tr><td>{_text(name)}</td><td>{_text(a)}</td><td>{_text(b)}</td></tr>"
+        for name, (a, b) in comparison.settings.items()
+    )
+    return (
+        "<h2>Settings that differ</h2>"
+        '<div class="tablewrap"><table class="grid settings">'
+        f"<tr><th>setting</th><th>A</th><th>B</th></tr>{rows}</table></div>"
+    )
 
 
 def render_comparison(
@@ -187,11 +188,11 @@ def render_comparison(
     """The comparison page, to be written at ``output``, as a string."""
     name_a = where(comparison.run_a, output)
     name_b = where(comparison.run_b, output)
-    changed = comparison.changed
-    tasks = {change.task_id for change in changed}
+    tasks = {change.task_id for change in comparison.changed}
+    tasks.update(comparison.errored_a, comparison.errored_b)
     in_a, blocks_a = _samples(view_a, tasks, "a-sample-")
     in_b, blocks_b = _samples(view_b, tasks, "b-sample-")
-    changes = _changes(changed, in_a, in_b)
+    changes = _changes(comparison, in_a, in_b)
     data = {
         "names": [f"A: {name_a}", f"B: {name_b}"],
         "chunk": CHUNK,
@@ -216,7 +217,8 @@ def render_comparison(
         else '<p class="muted">No shared task changed its value.</p>'
     )
     body = (
-        f"<h2>Scores</h2>{_scores(comparison)}<h2>Tasks</h2>{shared}<h2>Changed tasks</h2>{listing}"
+        f"{_settings(comparison)}<h2>Scores</h2>{_scores(comparison)}"
+        f"<h2>Tasks</h2>{shared}<h2>Changed tasks</h2>{listing}"
     )
     header = (
         "<h1>B against A</h1>"

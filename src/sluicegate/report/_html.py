@@ -33,6 +33,7 @@ from .._trace import Timeline
 from .._util import write_atomically
 from .._version import __version__
 from ..eval._display import resume_command
+from ..eval._log import SessionLock
 from ..eval._records import FieldEncoding
 from ..eval._score import ScoreValue
 from ..eval._stats import ScoreStats
@@ -390,14 +391,24 @@ def _mean_text(stats: ScoreStats) -> str:
     return f"{_number(stats.mean)} (task-weighted)" if stats.clustered else _number(stats.mean)
 
 
-def _unended(run: RunView) -> str:
-    """What the page says of a run whose latest session never wrote its end.
+def _unended(run: RunView, running: bool) -> str:
+    """What the page says of a run whose latest session has not written its end.
 
-    What it planned and how far it got, from ``run.json``'s settings and
-    the rows, and the command that resumes it.
+    Killed (no session holds the directory): what it planned and how far
+    it got, from ``run.json``'s settings and the rows, and the command that
+    resumes it. Still running: that the page shows its rows so far.
     """
     summary = run.summary
     assert summary is not None
+    recorded = len(run.rollouts)
+    ok = sum(1 for rollout in run.rollouts if rollout.status == "ok")
+    seen = len({rollout.task_id for rollout in run.rollouts})
+    holds = f"results.jsonl holds {recorded:,} rollouts ({ok:,} ok) of {seen:,} tasks"
+    if running:
+        return (
+            f'<p class="killed"><b>Running.</b> A session is running it now: this page '
+            f"shows what it had written when the page was made; {holds}.</p>"
+        )
     config = summary.config
     rollouts = config.get("rollouts")
     tasks = config.get("num_tasks")
@@ -409,9 +420,6 @@ def _unended(run: RunView) -> str:
         plan = f"{planned:,} rollouts so far ({per_task:,} per task)"
     else:
         plan = f"{per_task:,} rollout{'s' if per_task != 1 else ''} of every task of its taskset"
-    recorded = len(run.rollouts)
-    ok = sum(1 for rollout in run.rollouts if rollout.status == "ok")
-    seen = len({rollout.task_id for rollout in run.rollouts})
     target = config.get("target")
     if isinstance(target, str):
         resume = (
@@ -425,14 +433,14 @@ def _unended(run: RunView) -> str:
             "<code>resume=True</code>."
         )
     return (
-        '<p class="killed"><b>Killed.</b> Its last session never wrote its end to run.json: '
-        "it was killed (or it is still running, and this page shows its rows so far). "
-        f"It planned {_text(plan)}; results.jsonl holds {recorded:,} rollouts "
-        f"({ok:,} ok) of {seen:,} tasks. {resume}</p>"
+        '<p class="killed"><b>Killed.</b> Its last session never wrote its end to run.json, '
+        f"and no session holds it. It planned {_text(plan)}; {holds}. {resume}</p>"
     )
 
 
-def _summary(run: RunView, statuses: Counter[str], stats: Mapping[str, ScoreStats]) -> str:
+def _summary(
+    run: RunView, statuses: Counter[str], stats: Mapping[str, ScoreStats], running: bool
+) -> str:
     summary = run.summary
     cards = [_card(f"{len(run.rollouts):,}", "rollouts recorded")]
     cards.extend(_card(f"{count:,}", status) for status, count in sorted(statuses.items()))
@@ -445,7 +453,8 @@ def _summary(run: RunView, statuses: Counter[str], stats: Mapping[str, ScoreStat
     if summary is not None:
         if summary.environment:
             facts.append(("environment", summary.environment))
-        facts.append(("stop reason", summary.stop_reason or "none: killed (or still running)"))
+        unended = "none yet: running" if running else "none: killed"
+        facts.append(("stop reason", summary.stop_reason or unended))
         if summary.error:
             facts.append(("why", summary.error))
         if summary.passed is not None:
@@ -475,7 +484,7 @@ def _summary(run: RunView, statuses: Counter[str], stats: Mapping[str, ScoreStat
     if errors:
         common = errors.most_common(8)
         facts.append(("errors by type", ", ".join(f"{name} ({count})" for name, count in common)))
-    killed = _unended(run) if summary is not None and not run.ended else ""
+    killed = _unended(run, running) if summary is not None and not run.ended else ""
     return f'{killed}<div class="cards">{"".join(cards)}</div>{_facts(facts)}'
 
 
@@ -671,6 +680,7 @@ def render(directory: Path, output: Path) -> str:
             f"{directory} holds no run.json, results.jsonl or trace: nothing to report"
         )
     summary = run.summary
+    running = summary is not None and not run.ended and SessionLock.held(directory)
     title = (summary.environment if summary and summary.environment else None) or directory.name
     badge = ""
     if summary is not None and summary.passed is not None:
@@ -682,7 +692,7 @@ def render(directory: Path, output: Path) -> str:
     elif summary is not None and summary.stop_reason:
         badge = f'<span class="badge">{_text(summary.stop_reason)}</span>'
     elif summary is not None:
-        badge = '<span class="badge killed">killed</span>'
+        badge = f'<span class="badge killed">{"running" if running else "killed"}</span>'
     placed = place(timelines) if timelines is not None else None
     rows = _rows_data(run, _slots(placed)) if run.rollouts else None
     statuses = rows.statuses if rows is not None else Counter[str]()
@@ -691,7 +701,7 @@ def render(directory: Path, output: Path) -> str:
     sections = []
     data = []
     if run.is_eval:
-        sections.append(f"<h2>Summary</h2>{_summary(run, statuses, stats)}")
+        sections.append(f"<h2>Summary</h2>{_summary(run, statuses, stats, running)}")
         sections.append(
             f'<details class="section"><summary><h2>Configuration</h2></summary>'
             f"{_configuration(run)}</details>"

@@ -11,7 +11,6 @@ from ``tasks.jsonl``.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ from ..eval._format import (
     read_tasks,
 )
 from ..eval._records import ErrorInfo, TaskRow
-from ..eval._score import score_items
+from ..eval._score import finite_score_items
 from ..eval._stats import ScoreStats, exact_mean, stats_of
 
 __all__ = [
@@ -98,9 +97,8 @@ class RunView:
         for rollout in self.rollouts:
             if rollout.status != "ok":
                 continue
-            for name, value in score_items(rollout.score):
-                if math.isfinite(value):
-                    values.setdefault(name, {}).setdefault(rollout.task_id, []).append(value)
+            for name, value in finite_score_items(rollout.score):
+                values.setdefault(name, {}).setdefault(rollout.task_id, []).append(value)
         return values
 
     def score_stats(
@@ -138,9 +136,8 @@ class RunView:
         for rollout in self.rollouts:
             if rollout.status != "ok":
                 continue
-            for name, value in score_items(rollout.score):
-                if math.isfinite(value):
-                    series.setdefault(name, []).append(value)
+            for name, value in finite_score_items(rollout.score):
+                series.setdefault(name, []).append(value)
         return series
 
 
