@@ -78,12 +78,13 @@ def timeline_svg(
 ) -> str:
     """The runs :func:`~._layout.place` laid out, as an SVG: slots as rows, runs in flight below.
 
-    ``sessions``, the run's number of sessions (``run.json``'s), makes the picture say how
-    many of them it shows when some left no timeline (a session run without
-    ``--trace``). ``rows_of`` maps a run's label to its row in the report's
-    table: its bar carries the row's number in ``data-row``, which the
-    page's script opens on a click. The window object's size, when the
-    trace recorded one, is a line over the runs in flight.
+    ``sessions``, the run's number of sessions (``run.json``'s), makes the
+    picture say how many of them it shows when some left no timeline (a
+    session run without ``--trace``). ``rows_of`` maps a run's label to its
+    row in the report's table: its bar carries the row's number in
+    ``data-row``, which the page's script opens on a click. The window
+    object's size, when the trace recorded one, is a line over the runs in
+    flight.
     """
     rows = max(placed.slots, 1)
     row = max(3.0, min(16.0, 260 / rows))
