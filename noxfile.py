@@ -61,7 +61,7 @@ def docs(session: nox.Session) -> None:
     )
 
 
-BENCHES = ("run", "service", "trace", "dask", "imports", "report")
+BENCHES = ("run", "service", "queues", "trace", "dask", "imports", "kit", "report")
 
 
 @nox.session
@@ -72,8 +72,9 @@ def bench(session: nox.Session) -> None:
     ``nox -s bench -- service --quick`` one, with its own arguments. Every
     bench takes ``--quick`` (tests/test_documented_commands.py holds them to it).
     """
-    # test: bench/trace.py writes the report's run with the tests' own writer.
-    session.install("-e", ".[bench,dask,test]")
+    # test: bench/trace.py writes the report's run with the tests' own writer;
+    # redis, postgres: the clients bench/queues.py drives.
+    session.install("-e", ".[bench,dask,test,redis,postgres]")
     names, args = list(BENCHES), list(session.posargs)
     if args and args[0] in BENCHES:
         names, args = [args[0]], args[1:]

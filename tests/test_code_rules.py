@@ -44,6 +44,7 @@ PRIVATE_IMPORTS: dict[str, tuple[set[str], str]] = {
         "drives attempt(), the retry loop, a run at a time",
     ),
     "test_adaptive_http.py": ({"sluicegate._retry"}, "attempt() against a real HTTP upstream"),
+    "upstream.py": ({"sluicegate._retry"}, "drives attempt(), the retry loop, as serve() does"),
     "test_argument_checks.py": ({"sluicegate._checks"}, "the shared argument checks themselves"),
     "test_campaign.py": (
         {
