@@ -61,17 +61,20 @@ def docs(session: nox.Session) -> None:
     )
 
 
-BENCHES = ("run", "service", "trace", "dask", "imports")
+BENCHES = ("run", "service", "queues", "trace", "dask", "imports", "kit", "aio", "report")
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """Every benchmark against its peers, printed as ratios (not a gate).
 
-    ``nox -s bench`` runs them all; ``nox -s bench -- service --quick`` one,
-    with its own arguments.
+    ``nox -s bench`` runs them all (``nox -s bench -- --quick``: each smoke-sized);
+    ``nox -s bench -- service --quick`` one, with its own arguments. Every
+    bench takes ``--quick`` (tests/test_documented_commands.py holds them to it).
     """
-    session.install("-e", ".[bench,dask]")
+    # test: bench/trace.py writes the report's run with the tests' own writer;
+    # redis, postgres: the clients bench/queues.py drives.
+    session.install("-e", ".[bench,dask,test,redis,postgres]")
     names, args = list(BENCHES), list(session.posargs)
     if args and args[0] in BENCHES:
         names, args = [args[0]], args[1:]

@@ -4,7 +4,7 @@ Each repeat starts one interpreter for each import, in turn, so both see the
 same machine load; the table gives the minimum and the median of each and
 the difference. The target (docs/performance.md): at most 15 ms over trio.
 
-    python bench/imports.py [--repeats N]
+    python bench/imports.py [--repeats N] [--quick]
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ def once(module: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--quick", action="store_true", help="5 repeats: a smoke run")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = 5
     times: dict[str, list[float]] = {"trio": [], "sluicegate": []}
     for _ in range(args.repeats):
         for module, seen in times.items():

@@ -33,6 +33,9 @@ class Arithmetic:
 
     name = "arithmetic"
     taskset = Sums()
+    # The score names score() returns: a --min-score naming another is refused
+    # before the run (a plain number is named "score").
+    scores = ("score",)
 
     def __init__(self, slip: float = 0.2) -> None:
         # How often the "model" is off by one (-T slip=0.5 on the command line).

@@ -1,40 +1,24 @@
-"""Suite-wide set-up: the Hypothesis profiles, and the Dask cluster tests share.
+"""Suite-wide set-up: the Hypothesis profile, and the Dask cluster tests share.
 
-``SLUICEGATE_HYPOTHESIS_PROFILE`` picks one (CONTRIBUTING.md says when):
-
-* ``dev`` (the default): random examples, remembered in ``.hypothesis/`` so a
-  failure replays first on the next run;
-* ``ci``: random examples, no example database (every CI run is a fresh
-  clone), and each failure printed with the ``@reproduce_failure`` blob
-  that replays it;
-* ``repro``: ``ci`` with ``derandomize=True``: the same examples on every
-  run and every machine, for bisecting or for comparing two branches.
-
-No profile has a deadline: the property tests run on trio's ``MockClock``,
-so their wall-clock time measures how loaded the machine is, not the code.
+The profiles (``dev``, ``ci``, ``repro``) live in the testing kit
+(``sluicegate.testing``, see docs/testing.md and CONTRIBUTING.md);
+``SLUICEGATE_HYPOTHESIS_PROFILE`` picks one. Loading it here as well as in
+the kit's pytest plugin keeps the suite right before the plugin's entry
+point is installed (an editable install made before it existed).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, settings
 
-PROFILE_VARIABLE = "SLUICEGATE_HYPOTHESIS_PROFILE"
+from sluicegate.testing import load_profile
 
-settings.register_profile("dev", deadline=None)
-settings.register_profile(
-    "ci",
-    deadline=None,
-    database=None,
-    print_blob=True,
-    # A shared 2-core machine makes generation look slow; that is not a bug.
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile("repro", settings.get_profile("ci"), derandomize=True)
-settings.load_profile(os.environ.get(PROFILE_VARIABLE) or "dev")
+# The real servers (redis-server, PostgreSQL) as fixtures: see server_fixtures.py.
+pytest_plugins = ["server_fixtures"]
+
+load_profile()
 
 
 @pytest.fixture(scope="module")

@@ -37,9 +37,12 @@ def succeed(window: Window, count: int, elapsed: float = 0.1) -> None:
     fill(window)
 
 
-def fail(window: Window, error: BaseException, elapsed: float = 0.1) -> None:
+def fail(
+    window: AdaptiveWindow, error: BaseException, elapsed: float = 0.1, attempt: int = 2
+) -> None:
+    """A run refused again on its retry (the second attempt, by default): an overload."""
     fill(window)
-    window.observe(elapsed, error)
+    window.observe(elapsed, error, attempt=attempt)
     window.release()
 
 
@@ -103,6 +106,7 @@ async def test_after_an_overload_it_climbs_back_halfway_per_round_trip_then_hold
     window = AdaptiveWindow(initial=40, probe=1000, max_probe=1000)
     fail(window, TimeoutError())  # 40 overloaded: back to 30, may climb to 39
     assert window.size == 30
+    await trio.sleep(1)  # runs that began before the decrease say nothing about 30
     succeed(window, 30)  # one window of successes: about half of the 9 places to go
     assert 33 <= window.size <= 34
     succeed(window, 1000)
@@ -110,19 +114,40 @@ async def test_after_an_overload_it_climbs_back_halfway_per_round_trip_then_hold
 
 
 async def test_one_decrease_per_round_trip(autojump_clock: trio.testing.MockClock) -> None:
-    window = AdaptiveWindow(initial=32)
+    window = AdaptiveWindow(initial=32, max=32)
+    succeed(window, 40, elapsed=1.0)  # a round trip is about 1 s
     await trio.sleep(10)
     fail(window, TimeoutError(), elapsed=1.0)
     assert window.size == 24
-    # Runs that started before that decrease add nothing to it.
+    # Runs that began before that decrease add nothing to it, retried or not.
     await trio.sleep(0.5)
-    for _ in range(5):
-        fail(window, TimeoutError(), elapsed=1.0)
+    for retry in range(2, 7):
+        fail(window, TimeoutError(), elapsed=1.0, attempt=retry)
     assert window.size == 24
-    # A run that started after it is news: the window is still too big.
+    # A run that began after it is news, but not within the same round trip...
+    fail(window, TimeoutError(), elapsed=0.2)
+    assert window.size == 24
+    # ...and is news once a round trip has passed: the window is still too big.
+    await trio.sleep(0.6)
     fail(window, TimeoutError(), elapsed=0.2)
     assert window.size == 18
-    assert window.overloads == 7
+    assert window.overloads == 8
+
+
+async def test_a_single_refusal_is_not_enough_but_a_refused_retry_or_many_refusals_are(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    window = AdaptiveWindow(initial=16)
+    fail(window, Refused(429), attempt=1)  # a stray, as far as it can tell
+    fail(window, Refused(429), attempt=1)
+    assert window.size == 16
+    fail(window, Refused(429), attempt=1)  # three runs refused in one round trip
+    assert window.size == 12
+
+    retried = AdaptiveWindow(initial=16)
+    fail(retried, Refused(429), attempt=1)
+    fail(retried, Refused(429), attempt=2)  # the same run, refused on its retry too
+    assert retried.size == 12
 
 
 async def test_it_stays_within_min_and_max(autojump_clock: trio.testing.MockClock) -> None:
@@ -255,13 +280,16 @@ async def test_it_holds_below_the_size_that_overloaded_until_a_probe_is_due(
 ) -> None:
     window = AdaptiveWindow(initial=9, probe=2.0, max_probe=8.0)
     fail(window, TimeoutError())  # 9 overloaded: back to 6, may climb to 8
+    await trio.sleep(1)
     succeed(window, 200)
     assert window.size == 8
     await trio.sleep(2.0)  # the probe is due: it grows to 9 again
     succeed(window, 10)
     assert window.size == 9
-    fail(window, TimeoutError())  # 9 still overloads: wait twice as long now
+    fail(window, TimeoutError(), attempt=1)  # a probe refused once is enough: wait twice as long
+    await trio.sleep(1)
     succeed(window, 200)
+    assert window.size == 8
     await trio.sleep(2.0)
     succeed(window, 50)
     assert window.size == 8
@@ -270,21 +298,29 @@ async def test_it_holds_below_the_size_that_overloaded_until_a_probe_is_due(
     assert window.size == 9
 
 
-async def test_a_probe_that_passes_the_old_ceiling_forgets_it_and_grows_additively(
+async def test_a_round_trip_past_the_old_ceiling_forgets_it_and_growth_speeds_up(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    window = AdaptiveWindow(initial=9, probe=1.0)
+    window = AdaptiveWindow(initial=20, max=1000, probe=1.0)
     fail(window, TimeoutError())
-    succeed(window, 50)  # back to 8, where the hold begins
-    assert window.size == 8
+    await trio.sleep(1)
+    succeed(window, 200)  # back to 19, where the hold begins
+    assert window.size == 19
     await trio.sleep(1.0)
-    succeed(window, 30)  # the probe: 9, then 10 goes past the old ceiling, and on
-    assert 10 <= window.size <= 12
-    # From there on, about one place per window of successes.
-    for _ in range(3):
+    succeed(window, 60)  # the probe: 20, then 21, one past the old ceiling, and no further
+    assert window.size == 21
+    succeed(window, 30)  # a round trip there without a refusal: the capacity grew
+    steps = []
+    for _ in range(4):
         before = window.size
-        succeed(window, before + 1)
-        assert window.size == before + 1
+        succeed(window, before)
+        steps.append(window.size - before)
+    # One more place per round trip, then two, four, eight.
+    assert steps == sorted(steps) and steps[-1] >= 6, steps
+    # An overload there sets a new ceiling.
+    await trio.sleep(1)
+    fail(window, TimeoutError())
+    assert window.changes[-1].reason == "overload"
 
 
 async def test_an_idle_window_does_not_grow(autojump_clock: trio.testing.MockClock) -> None:
@@ -332,7 +368,7 @@ async def test_a_retried_overload_shrinks_the_window_its_stream_runs_under(
     async def call() -> str:
         nonlocal calls
         calls += 1
-        if calls == 1:
+        if calls <= 2:
             raise Refused(429, {"Retry-After": "2"})
         return "ok"
 
@@ -341,14 +377,16 @@ async def test_a_retried_overload_shrinks_the_window_its_stream_runs_under(
         return tried.result.unwrap()
 
     assert await run_stream(range(1), run, window=window) == ["ok"]
+    # The first refusal could have been a stray; its retry's refusal says otherwise.
     assert sizes(window) == [(8, "retry-after"), (6, "overload")]
-    # The retry waited for the Retry-After, not the 0.1 s backoff.
-    assert trio.current_time() == pytest.approx(2.0)
+    assert window.changes[-1].time == pytest.approx(2.0)
+    # Each retry waited for the Retry-After, not the 0.1 s backoff.
+    assert trio.current_time() == pytest.approx(4.0)
 
 
 @pytest.mark.parametrize(
     ("header", "paused"),
-    [("soon", None), ("", None), ("-5", None), ("3600", 60.0), ("0.5", 0.5)],
+    [("soon", None), ("", None), ("-5", None), ("3600", 3600.0), ("0.5", 0.5)],
 )
 async def test_a_retry_after_is_read_with_care(
     header: str, paused: float | None, autojump_clock: trio.testing.MockClock
@@ -357,5 +395,5 @@ async def test_a_retry_after_is_read_with_care(
     fail(window, Refused(429, {"Retry-After": header}))
     window.release()
     await window.acquire()
-    # Unreadable or negative: no pause; above a minute: a minute.
+    # Unreadable or negative: no pause; an hour: an hour, as asked.
     assert trio.current_time() == pytest.approx(paused or 0.0)

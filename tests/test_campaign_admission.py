@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sluicegate import Drain
-from sluicegate.campaign import Candidate, Ledger, Outcome, Plan, Report, Row, run_campaign
+from sluicegate.campaign import Candidate, Ledger, Plan, Report, Row, run_campaign
 from sluicegate.campaign._admission import Admission
-from sluicegate.campaign._convert import load_json, write_json_atomic
-from sluicegate.campaign._job import JobRequest, JobResult
 from sluicegate.campaign._panel import Panel
 from sluicegate.campaign._state import RowStatus
 
@@ -50,9 +49,9 @@ class FakeChild:
 
     pid = 1  # never signalled: terminate() and kill() only record
 
-    def __init__(self, request: JobRequest, spec: Spec, runs: list[str]) -> None:
+    def __init__(self, result: Path, spec: Spec, runs: list[str]) -> None:
         self.returncode: int | None = None
-        self._request = request
+        self._result = result
         self._spec = spec
         runs.append(spec.key)
 
@@ -66,13 +65,15 @@ class FakeChild:
             if spec.ending == "crash":
                 self.returncode = 1
                 return 1
-            cost = spec.reservation * spec.cost_share / 100
-            outcome = Outcome(
-                status="blocked" if spec.ending == "uncertain" else spec.ending,  # type: ignore[arg-type]
-                cost=cost,
-                cleanup_uncertain=spec.ending == "uncertain",
+            # result.json, as a child writes it.
+            outcome = {
+                "status": "blocked" if spec.ending == "uncertain" else spec.ending,
+                "cost": str(spec.reservation * spec.cost_share / 100),
+                "cleanup_uncertain": spec.ending == "uncertain",
+            }
+            await trio.Path(self._result).write_text(
+                json.dumps({"key": spec.key, "outcome": outcome})
             )
-            write_json_atomic(Path(self._request.result), JobResult(spec.key, outcome))
             self.returncode = 0
         return self.returncode
 
@@ -118,8 +119,9 @@ def test_admission_keeps_every_rule(
     async def spawn(
         command: list[str], cwd: Path, stdout: int, stderr: int, lock: int
     ) -> FakeChild:
-        request = load_json(command[-1], JobRequest)
-        return FakeChild(request, by_key[request.key], runs)
+        # request.json, as the controller wrote it for the child.
+        request = json.loads(await trio.Path(command[-1]).read_text())
+        return FakeChild(Path(request["result"]), by_key[request["key"]], runs)
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -231,14 +233,19 @@ def _panel(candidates: list[Candidate], target: int, **limits: int) -> Panel:
     return Panel(plan, (), rows)
 
 
-def _admission(panel: Panel, budget: Budget, drain: Drain | None = None) -> Admission:
+def _admission(
+    panel: Panel,
+    budget: Budget,
+    drain: Drain | None = None,
+    reserve: Callable[[Candidate], Awaitable[int | None]] | None = None,
+) -> Admission:
     async def record(row: Row) -> None:
         panel.set(row)
 
     return Admission(
         panel,
         drain or Drain(),
-        reserve=budget.reserve,
+        reserve=reserve or budget.reserve,
         release=budget.release,
         record=record,
     )
@@ -334,8 +341,7 @@ async def test_a_drain_during_the_reservation_gives_it_back() -> None:
         drain.request("test")
         return rid
 
-    admission = _admission(panel, budget, drain)
-    admission._reserve = reserve_then_drain
+    admission = _admission(panel, budget, drain, reserve=reserve_then_drain)
     assert [c async for c in admission.candidates()] == []
     assert budget.released == [1] and panel["a"].status == "pending"
     assert admission.end_reason is None  # the campaign says "drained"

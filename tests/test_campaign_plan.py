@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from sluicegate.campaign._convert import CampaignFileError, dump_json
-from sluicegate.campaign._plan import Candidate, Plan, load_plan
+from sluicegate.campaign import CampaignFileError, Candidate, Plan, load_plan
+from sluicegate.campaign._convert import dump_json
 
 
 def plan_data(**changes: Any) -> dict[str, Any]:

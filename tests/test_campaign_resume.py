@@ -13,23 +13,11 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
-import attrs
 import pytest
 import trio
 
-from sluicegate.campaign import (
-    CampaignError,
-    Outcome,
-    _scheduler,
-    read_report,
-    reconcile,
-    run_campaign,
-)
-from sluicegate.campaign._convert import write_json_atomic
-from sluicegate.campaign._job import JobResult
+from sluicegate.campaign import CampaignError, read_report, reconcile, run_campaign
 from sluicegate.campaign._launch import child_alive
-from sluicegate.campaign._outdir import current_controller
-from sluicegate.campaign._state import Controller
 from sluicegate.campaign._view import PlainView
 from test_campaign import (
     PATIENCE_S,
@@ -41,6 +29,7 @@ from test_campaign import (
     statuses,
     wait_for_files,
     wait_for_gone,
+    write_result,
 )
 
 D = Decimal
@@ -52,31 +41,20 @@ def env(tmp_path: Path) -> Env:
 
 
 # A controller that dies (os._exit, as a SIGKILL would: no cleanup runs) at a
-# chosen moment of its first start.
+# chosen step of its first start, through run_campaign's `_step` seam.
 _DIES_AT = """
-import os, pathlib, sys, trio
-from sluicegate.campaign import _outdir, run_campaign
+import functools, os, sys, trio
+from sluicegate.campaign import run_campaign
 
-moment = sys.argv[4]
-if moment == "while-freezing":
-    def freeze(source, code_dir):
-        (code_dir / "half-copied.py").write_text("")
+def step(name):
+    if name == sys.argv[4]:
         os._exit(9)
-    _outdir.freeze = freeze
-elif moment == "before-campaign-json":
-    def write(path, value, **kwargs):
-        if path.name == "campaign.json":
-            os._exit(9)
-    _outdir.write_json_atomic = write
-elif moment == "before-rename":
-    def rename(self, target):
-        os._exit(9)
-    pathlib.Path.rename = rename
-trio.run(run_campaign, *sys.argv[1:4])
+
+trio.run(functools.partial(run_campaign, *sys.argv[1:4], _step=step))
 """
 
 
-@pytest.mark.parametrize("moment", ["while-freezing", "before-campaign-json", "before-rename"])
+@pytest.mark.parametrize("moment", ["staging made", "code frozen", "manifest written"])
 async def test_a_controller_killed_while_starting_leaves_a_directory_the_command_continues(
     env: Env, moment: str
 ) -> None:
@@ -87,6 +65,10 @@ async def test_a_controller_killed_while_starting_leaves_a_directory_the_command
         done = await trio.run_process([sys.executable, "-c", _DIES_AT, *args], check=False)
     assert done.returncode == 9
     assert not (env.out / "report.json").exists()
+    # What each step left: the manifest only once it was written, never code/.
+    assert (env.out / "campaign.json").exists() == (moment == "manifest written")
+    assert not (env.out / "code").exists()
+    assert len([p for p in env.out.iterdir() if p.name.startswith(".code")]) == 1
     report = await env.run()
     assert statuses(report) == {"a": "verified"} and env.runs() == ["a"]
     assert sorted(p.name for p in env.out.iterdir() if p.name.startswith(".code")) == []
@@ -94,13 +76,13 @@ async def test_a_controller_killed_while_starting_leaves_a_directory_the_command
 
 
 # A controller that dies once it has recorded an admission, before its child
-# began the job: "launch" dies before launch() makes the job's directory;
+# began the job: "launching" dies before launch() makes the job's directory;
 # "spawn" dies in place of the spawn, holding the child's lock and logs;
 # "spawned" dies after the spawn, before the report names the child's pid.
 # "wait" says so in a file and waits, for the test to SIGKILL it there.
 _DIES_ADMITTED = """
-import os, pathlib, signal, sys, trio
-from sluicegate.campaign import _scheduler, run_campaign
+import functools, os, pathlib, signal, sys, trio
+from sluicegate.campaign import run_campaign
 from sluicegate.campaign._launch import spawn_process
 
 moment = sys.argv[4]
@@ -108,8 +90,9 @@ moment = sys.argv[4]
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
-async def launch(*args):
-    die()
+def step(name):
+    if name == moment:
+        die()
 
 async def spawn(*args):
     if moment == "spawned":
@@ -119,9 +102,7 @@ async def spawn(*args):
         await trio.sleep_forever()
     die()
 
-if moment == "launch":
-    _scheduler.launch = launch
-trio.run(lambda: run_campaign(*sys.argv[1:4], _spawn=spawn))
+trio.run(functools.partial(run_campaign, *sys.argv[1:4], _spawn=spawn, _step=step))
 """
 
 
@@ -141,14 +122,14 @@ async def _die_admitted(env: Env, moment: str) -> None:
     assert env.ledger.usage(env.scope()).reserved == D(1)
 
 
-@pytest.mark.parametrize("moment", ["launch", "spawn", "wait"])
+@pytest.mark.parametrize("moment", ["launching", "spawn", "wait"])
 async def test_a_controller_killed_before_its_child_began_leaves_the_candidate_pending(
     env: Env, moment: str
 ) -> None:
     runs = env.path("runs.log")
     env.write_plan([{"key": "a", "options": {"runs": runs, "cost": "0.5"}}])
     await _die_admitted(env, moment)
-    assert (env.out / "jobs" / "a").exists() == (moment != "launch")
+    assert (env.out / "jobs" / "a").exists() == (moment != "launching")
     # Measured before the fix: a stayed uncertain for good (no result to
     # import, and every --as would lie about a job that never ran).
     shown = io.StringIO()
@@ -176,10 +157,12 @@ async def test_a_never_begun_job_left_uncertain_by_an_older_rerun_is_pending_aga
     await _die_admitted(env, "spawn")
     # What a rerun before the fix made of it: uncertain, awaiting a result
     # that can never come, its reservation held as uncertain.
-    report = read_report(env.out)
-    row = attrs.evolve(report.row("a"), status="uncertain", awaiting_result=True)
-    write_json_atomic(env.out / "report.json", attrs.evolve(report, rows=(row,)))
-    env.ledger.mark_uncertain(row.reservation_id or 0)
+    path = env.out / "report.json"
+    report = json.loads(path.read_text())
+    [row] = report["rows"]
+    row.update(status="uncertain", awaiting_result=True)
+    path.write_text(json.dumps(report))
+    env.ledger.mark_uncertain(row["reservation_id"])
     assert statuses(await env.run()) == {"a": "verified"} and env.runs() == ["a"]
     assert env.ledger.usage(env.scope()).uncertain == 0
 
@@ -252,8 +235,7 @@ async def test_a_result_written_after_its_row_went_uncertain_is_imported_by_a_re
     assert statuses(first) == {"a": "uncertain", "b": "pending"}
     assert first.row("a").awaiting_result
     # As if the job had written it late (a child nobody could stop, say).
-    result = JobResult("a", Outcome("verified", cost=D("0.5")))
-    write_json_atomic(env.out / "jobs" / "a" / "result.json", result)
+    write_result(env.out, "a", "verified", "0.5")
     final = await env.run()
     assert statuses(final) == {"a": "verified", "b": "verified"}
     assert final.row("a").cost == D("0.5") and not final.row("a").awaiting_result
@@ -274,8 +256,7 @@ async def test_reconcile_imports_a_late_result_and_refuses_while_the_child_runs(
             reconcile(env.out, "a", "blocked")
     finally:
         os.close(lock)
-    result = JobResult("a", Outcome("generated_unverified", cost=D("0.25")))
-    write_json_atomic(env.out / "jobs" / "a" / "result.json", result)
+    write_result(env.out, "a", "generated_unverified", "0.25")
     report = reconcile(env.out, "a")
     row = report.row("a")
     assert (row.status, row.cost, row.reconciled) == ("generated_unverified", D("0.25"), True)
@@ -283,26 +264,27 @@ async def test_reconcile_imports_a_late_result_and_refuses_while_the_child_runs(
     assert statuses(await env.run()) == {"a": "generated_unverified", "b": "verified"}
 
 
-async def test_another_controller_is_refused_unless_upgrade_is_allowed(
-    env: Env, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_another_controller_is_refused_unless_upgrade_is_allowed(env: Env) -> None:
     env.write_plan([{"key": "a"}, {"key": "b", "options": {"status": "blocked"}}], target=2)
     await env.run()
-    mine = current_controller()
-    other = Controller("9.9.9", "sha256:" + "0" * 64)
-    monkeypatch.setattr(_scheduler, "current_controller", lambda: other)
+    path = env.out / "campaign.json"
+    manifest = json.loads(path.read_text())
+    mine = manifest["controller"]
+    # The directory as another sluicegate (version or source) left it.
+    other = {"version": "0.0.1", "source_hash": "sha256:" + "0" * 64}
+    path.write_text(json.dumps({**manifest, "controller": other}))
     with pytest.raises(CampaignError) as info:
         await env.run()
     message = str(info.value)
-    assert f"was started by sluicegate {mine.version} ({mine.source_hash[:12]}" in message
-    assert "this is sluicegate 9.9.9 (sha256:000000000000)" in message
+    assert "was started by sluicegate 0.0.1 (sha256:000000000000)" in message
+    assert f"this is sluicegate {mine['version']} ({mine['source_hash'][:19]})" in message
     assert "--allow-upgrade" in message
     await run_campaign(env.plan_path, env.out, env.ledger_path, allow_upgrade=True)
-    manifest = json.loads((env.out / "campaign.json").read_text())
-    assert manifest["controller"]["version"] == "9.9.9"
-    assert manifest["upgrades"] == [{"version": mine.version, "source_hash": mine.source_hash}]
+    manifest = json.loads(path.read_text())
+    assert manifest["controller"] == mine
+    assert manifest["upgrades"] == [other]
     # A directory from before versions were recorded needs the same consent.
     del manifest["controller"]
-    (env.out / "campaign.json").write_text(json.dumps(manifest))
+    path.write_text(json.dumps(manifest))
     with pytest.raises(CampaignError, match="did not record its version"):
         await env.run()

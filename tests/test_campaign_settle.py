@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sluicegate.campaign import MAX_AMOUNT, AmountTooLarge, Ledger, Outcome
+from sluicegate.campaign import MAX_AMOUNT, AmountTooLarge, Candidate, Ledger, Outcome, Plan, Row
 from sluicegate.campaign._job import JobResult
-from sluicegate.campaign._plan import Candidate, Plan
 from sluicegate.campaign._settle import Accounts
-from sluicegate.campaign._state import Row
 
 D = Decimal
 

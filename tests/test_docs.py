@@ -26,6 +26,9 @@ PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 SETUP_COMMANDS = ("pip ", "python -m pip ", "nox ", "git ", "cd ", "bash .ci/run")
 RUNNABLE = ("python", "console")
+# A block that needs a server reads its address from the environment, as a
+# program would: the fixture of that name gives it one of the test servers.
+SERVERS = {"REDIS_URL": "redis_url", "DATABASE_URL": "postgres_dsn"}
 
 
 def blocks() -> list[Any]:
@@ -40,8 +43,8 @@ def blocks() -> list[Any]:
     return found
 
 
-def environment() -> dict[str, str]:
-    env = dict(os.environ)
+def environment(servers: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, **(servers or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     env.setdefault("COLUMNS", "100")
     return env
@@ -53,11 +56,17 @@ def scratch(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("where", "language", "body"), blocks())
-def test_code_block_runs(where: str, language: str, body: str, tmp_path: Path) -> None:
-    run_block(where, language, body, scratch(tmp_path))
+def test_code_block_runs(
+    where: str, language: str, body: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    needed = [name for name in SERVERS if name in body]
+    servers = {name: request.getfixturevalue(SERVERS[name]) for name in needed}
+    run_block(where, language, body, scratch(tmp_path), servers)
 
 
-def run_block(where: str, language: str, body: str, cwd: Path) -> None:
+def run_block(
+    where: str, language: str, body: str, cwd: Path, servers: dict[str, str] | None = None
+) -> None:
     """Run one block in ``cwd``: a python script, or a console block's commands in order."""
     if language == "python":
         script = cwd / "block.py"
@@ -65,7 +74,7 @@ def run_block(where: str, language: str, body: str, cwd: Path) -> None:
         done = subprocess.run(
             [sys.executable, str(script)],
             cwd=cwd,
-            env=environment(),
+            env=environment(servers),
             capture_output=True,
             text=True,
             timeout=120,

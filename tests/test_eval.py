@@ -731,7 +731,7 @@ def test_target_resolution_errors_name_what_is_missing(tmp_path: Path) -> None:
         resolve_target(f"{tmp_path / 'nope.py'}:env")
     with pytest.raises(UsageError, match="not found"):
         resolve_target("no_such_module_for_sluicegate:env")
-    with pytest.raises(UsageError, match="no attribute 'missing'"):
+    with pytest.raises(UsageError, match="has no 'missing'; it has: EnvClass, broken"):
         resolve_target(f"{ENVS / 'shapes.py'}:missing")
     with pytest.raises(UsageError, match="no taskset"):
         resolve_target(f"{ENVS / 'shapes.py'}:no_taskset")

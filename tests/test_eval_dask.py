@@ -321,8 +321,8 @@ async def test_refused_before_anything_runs(dask_address: str, tmp_path: Path) -
 
     with pytest.raises(ValueError, match="needs the environment as a TARGET string"):
         await evaluate(Inline(), output_dir=out, dask=dask_address)
-    for wrong in ("", 3):
-        with pytest.raises(ValueError, match="--dask takes 'local' or a scheduler address"):
+    for wrong, error in (("", ValueError), (3, TypeError)):
+        with pytest.raises(error, match="--dask must be 'local', a scheduler address"):
             await evaluate(ARITHMETIC, output_dir=out, dask=wrong)  # type: ignore[arg-type]
     with (
         dask.config.set({"distributed.comm.timeouts.connect": "0.2s"}),

@@ -62,3 +62,29 @@ async def test_user_text_is_shown_verbatim(
     assert "acc[/]" in text
     assert "acc[top1]" in text
     assert "[bold]out" in text
+
+
+@pytest.mark.parametrize("display", ["plain", "rich"])
+async def test_the_summary_names_its_numbers_and_ends_with_the_next_commands(
+    tmp_path: Path,
+    autojump_clock: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    display: str,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # rich: one line per row of the table
+    scores = {1: 0.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 0.0, 6: 1.0}
+    out = tmp_path / "run"
+    env = Env(static(6), score=lambda task, result: scores[task.input])
+    await evaluate(env, output_dir=out, display=display)
+    text = capsys.readouterr().out
+    # Six tasks: mean 2/3, s = sqrt(4/15), stderr = s / sqrt(6) = 0.2108, t(5) = 2.5706.
+    assert "0.6667 ± 0.21 standard error, 95% CI [0.1247, 1.209]" in text
+    assert "wider than the scores seen: too few tasks to place the mean closer" in text
+    # The last two things said: how to look at the run, and to compare it.
+    said = [line.replace("│", " ").replace(":", " ").split() for line in text.splitlines()]
+    said = [words for words in said if any(word.isalpha() for word in words)]
+    assert said[-2:] == [
+        ["look", "with", "sluicegate", "report", str(out)],
+        ["compare", "with", "sluicegate", "compare", "BASELINE_DIR", str(out)],
+    ]

@@ -182,3 +182,23 @@ async def test_a_runs_own_trio_deadline_is_an_error_row_of_its_own(
         assert (report.ok, report.errors) == (2, 1)
         (error,) = [row["error"] for row in rows(out) if row["status"] == "error"]
         assert error["type"] == "TooSlowError"
+
+
+def test_a_run_stopped_by_an_error_shows_its_traceback_and_where_the_record_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the default --fail-on-error 0 the first error stops the run: its frames are shown."""
+    out = tmp_path / "run"
+    assert main(["eval", f"{ENVS / 'buggy.py'}:env", "-o", str(out), "-c", "1"]) == 1
+    err = capsys.readouterr().err
+    stops = "the run stops at task 1 rollout 0 (--fail-on-error 0); its traceback:\n"
+    assert stops in err
+    shown = err.split(stops, 1)[1]
+    frames = re.findall(r'File "([^"]+)", line \d+, in (\w+)', shown)
+    # The user's frames only: the run, then the helper that raised.
+    assert frames == [(str(ENVS / "buggy.py"), "run"), (str(ENVS / "buggy.py"), "rank")]
+    assert "TypeError: '<' not supported" in shown
+    assert f"is its row in {out / 'results.jsonl'}; sluicegate report {out} shows it" in shown
+    [row] = rows(out)
+    # The row keeps every frame, sluicegate's included.
+    assert "sluicegate" in row["error"]["traceback"].replace(str(ENVS), "")

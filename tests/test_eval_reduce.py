@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +82,49 @@ async def test_the_pass_threshold(tmp_path: Path) -> None:
     assert report.reduced["exact/pass_at_1"].mean == pytest.approx((2 / 3 + 0 + 1) / 3)
 
 
-async def test_pass_at_k_needs_k_rollouts(tmp_path: Path) -> None:
-    report = await evaluate(env, rollouts=2, output_dir=tmp_path, reduce=["pass_at_3"])
+@pytest.mark.parametrize("reducer", ["pass_at_3", "at_least_3"])
+def test_a_reducer_over_k_rollouts_with_fewer_is_refused_naming_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reducer: str
+) -> None:
+    """Once an empty result and exit status 0: nothing to reduce with -r below K."""
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=rf"^--reduce {reducer} needs 3 rollouts of each task"):
+        trio.run(partial(evaluate, env, rollouts=2, output_dir=out, reduce=[reducer]))
+    target = f"{Path(__file__).resolve()}:env"
+    assert main(["eval", target, "-r", "2", "--reduce", reducer, "-o", str(out)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"sluicegate eval: error: --reduce {reducer} needs 3 rollouts of each task, "
+        f"and -r is 2: give -r 3 or more"
+    )
+    assert not out.exists()
+
+
+class Flaky(Env):
+    """Rollout 0 of every task fails: each task has two scored rollouts of three."""
+
+    async def run(self, task: Task) -> int:
+        if current_rollout() == 0:
+            raise RuntimeError("flaked")
+        return await super().run(task)
+
+
+async def test_pass_at_k_with_fewer_scored_rollouts_says_so(tmp_path: Path) -> None:
+    report = await evaluate(
+        Flaky(),
+        rollouts=3,
+        output_dir=tmp_path,
+        reduce=["pass_at_3"],
+        fail_on_error=0.5,
+        min_score={"exact/pass_at_3": 0.5},
+    )
     assert all(line["reduced"] == {"exact/pass_at_3": None} for line in tasks(tmp_path))
     assert report.reduced == {}
+    # Not "add --reduce pass_at_3": it was given.
+    assert report.reasons == (
+        "no score named 'exact/pass_at_3' to hold to --min-score exact/pass_at_3=0.5 "
+        "(no task has the 3 scored rollouts pass_at_3 needs)",
+    )
 
 
 async def test_min_score_names_a_reduced_score(tmp_path: Path) -> None:
@@ -110,16 +150,19 @@ async def test_min_score_names_a_reduced_score(tmp_path: Path) -> None:
 
 
 async def test_without_reduce_there_is_no_tasks_file(tmp_path: Path) -> None:
-    report = await evaluate(env, rollouts=2, output_dir=tmp_path, min_score={"pass_at_1": 0.5})
-    assert not (tmp_path / "tasks.jsonl").exists() and report.reduced == {}
-    assert report.reasons == (
-        "no score named 'pass_at_1' to hold to --min-score pass_at_1=0.5 "
-        "(a reduced score: add --reduce pass_at_1)",
-    )
+    report = await evaluate(env, rollouts=2, output_dir=tmp_path / "out")
+    assert not (tmp_path / "out" / "tasks.jsonl").exists() and report.reduced == {}
+    # A floor on a reduced score without its reducer is refused before the run.
+    with pytest.raises(
+        ValueError,
+        match=r"^--min-score pass_at_1=0.5 names a reduced score: add --reduce pass_at_1$",
+    ):
+        await evaluate(env, rollouts=2, output_dir=tmp_path / "b", min_score={"pass_at_1": 0.5})
+    assert not (tmp_path / "b").exists()
 
 
 async def test_an_unknown_reducer_is_refused_before_anything(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="--reduce 'best'"):
+    with pytest.raises(ValueError, match=r"--reduce must be one of mean.*, not 'best'"):
         await evaluate(env, output_dir=tmp_path / "out", reduce=["best"])
     with pytest.raises(ValueError, match="--pass-threshold"):
         await evaluate(env, output_dir=tmp_path / "out", pass_threshold=float("nan"))

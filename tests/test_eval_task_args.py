@@ -85,7 +85,7 @@ def test_an_argument_the_factory_does_not_take_is_refused_before_anything(
 async def test_from_python(tmp_path: Path) -> None:
     report = await evaluate(Configurable, task_args={"size": 1}, output_dir=tmp_path / "a")
     assert report.ok == 1
-    with pytest.raises(ValueError, match="-T label: the value must be JSON"):
+    with pytest.raises(TypeError, match="-T label must be a JSON value"):
         await evaluate(Configurable, task_args={"label": object()}, output_dir=tmp_path / "b")
     with pytest.raises(ValueError, match="does not take an argument 'nope'"):
         await evaluate(Configurable, task_args={"nope": 1}, output_dir=tmp_path / "c")
@@ -103,3 +103,31 @@ async def test_not_with_dask_yet(tmp_path: Path) -> None:
             output_dir=tmp_path / "out",
         )
     assert not (tmp_path / "out").exists()
+
+
+def test_the_header_shows_each_value_as_the_factory_gets_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-T size=3 is a number and -T label=O.5 text: seen on the first line, before the run."""
+    out = tmp_path / "run"
+    argv = ["eval", target("Configurable"), "-o", str(out), "--display", "plain"]
+    assert main([*argv, "-T", "size=3", "-T", "label=O.5", "-T", "tags=[1]"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("evaluating test_eval_task_args (")
+    assert "-T size=3 (a number), label='O.5' (text), tags=[1] (a list)" in first
+    assert first.endswith(f" -> {out}")
+
+
+def test_a_key_given_twice_is_refused_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once, the last -T won silently."""
+    out = tmp_path / "run"
+    argv = ["eval", target("Configurable"), "-o", str(out), "-T", "size=3", "-T", "size=4"]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert (
+        line
+        == "sluicegate eval: error: -T size is given twice (-T size=3 and -T size=4): give it once"
+    )
+    assert not out.exists()

@@ -58,6 +58,7 @@ async def test_evaluate_returns_a_report(tmp_path: Path, autojump_clock: Any) ->
                 n=6,
                 tasks=3,
                 clustered=True,
+                beyond_range=True,  # past the scores 0 and 1: three tasks tell little
             )
         },
     )
@@ -98,5 +99,35 @@ async def test_a_growing_source_is_judged_as_a_whole(tmp_path: Path, autojump_cl
         return None
 
     source = SampleSource.from_items([Task(input=1)], on_complete=more)
-    report = await evaluate(Env(source), output_dir=tmp_path, min_score=0.5)
+    # A score() that names no score: nothing to hold to the floor.
+    env = Env(source, score=lambda task, result: {})
+    report = await evaluate(env, output_dir=tmp_path, min_score=0.5)
     assert report.reasons == ("no scores to hold to --min-score 0.5",)
+
+
+async def test_one_mean_everywhere_the_task_weighted_one(
+    tmp_path: Path, autojump_clock: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Task 1 scores 1 on three rollouts, task 2 scores 0 on the one that did not fail.
+
+    The rollout-weighted mean would be 3/4; the task-weighted mean is (1 + 0) / 2.
+    """
+    from sluicegate.eval import compare_runs, current_rollout
+
+    async def run(task: Task) -> int:
+        await trio.sleep(1)
+        if task.input == 2 and current_rollout() > 0:
+            raise RuntimeError("flaky")
+        return int(task.input == 1)
+
+    env = Env(static(2), run, score=lambda task, result: float(result))
+    settings: dict[str, Any] = {"rollouts": 3, "fail_on_error": 0.5, "display": "plain"}
+    report = await evaluate(env, output_dir=tmp_path / "a", min_score=0.6, **settings)
+    assert report.scores == {"score": 0.5} and report.score_stats["score"].mean == 0.5
+    # The gate judges the same number the summary shows.
+    assert report.reasons == ("mean score 0.5 is below --min-score 0.6",)
+    assert "scores: score 0.5 ± 0.5 standard error" in capsys.readouterr().out
+    assert run_json(tmp_path / "a")["scores"] == {"score": 0.5}
+    await evaluate(env, output_dir=tmp_path / "b", **settings)
+    (score,) = compare_runs(tmp_path / "a", tmp_path / "b").scores
+    assert score.a is not None and score.b is not None and score.a.mean == score.b.mean == 0.5

@@ -13,7 +13,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicegate.campaign._ledger import (
+from sluicegate.campaign import (
     MAX_AMOUNT,
     AmountTooLarge,
     BudgetRefused,
@@ -21,7 +21,6 @@ from sluicegate.campaign._ledger import (
     LedgerError,
     LedgerMissing,
     format_money,
-    to_micros,
 )
 from sluicegate.cli import main
 
@@ -37,10 +36,11 @@ def ledger(tmp_path: Path) -> Ledger:
 
 
 def test_amounts_are_stored_in_micro_units_rounded_up(ledger: Ledger) -> None:
-    assert to_micros(D("1.0000001")) == 1_000_001
-    assert to_micros(D("0")) == 0
-    rid = ledger.reserve(["camp", "a"], D("0.0000001"))
-    assert ledger.reservations(["camp"])[0].amount == D("0.000001")
+    for amount in ("0.0000001", "1.0000001", "0"):
+        ledger.reserve(["camp", "a"], D(amount))
+    amounts = [r.amount for r in ledger.reservations(["camp"])]
+    assert amounts == [D("0.000001"), D("1.000001"), D(0)]
+    rid = ledger.reservations(["camp"])[0].id
     ledger.settle(rid, D("0.5"))
     assert ledger.usage(["camp"]).settled == D("0.5")
 
@@ -81,18 +81,19 @@ def test_floats_and_negative_amounts_are_refused(ledger: Ledger) -> None:
 def test_amounts_beyond_sqlite_integers_are_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:
-    assert to_micros(MAX_AMOUNT) == 2**63 - 1
-    for too_big in (MAX_AMOUNT + D("0.000001"), D("1e20"), D("1E+999999")):
-        with pytest.raises(AmountTooLarge, match="the most a ledger can store"):
-            to_micros(too_big)
+    assert D(2**63 - 1) / 10**6 == MAX_AMOUNT  # SQLite's largest integer, in millionths
     with pytest.raises(AmountTooLarge):
         Ledger.create(tmp_path / "big.db", D("1e13"))
     assert not (tmp_path / "big.db").exists()
 
     ledger = Ledger.create(tmp_path / "l.db", MAX_AMOUNT)
+    assert ledger.usage().limit == MAX_AMOUNT  # stored exactly
     with pytest.raises(AmountTooLarge):
         ledger.raise_limit(D("1e14"), "more")
     ledger.open_scope(["c"], None)
+    for too_big in (MAX_AMOUNT + D("0.000001"), D("1e20"), D("1E+999999")):
+        with pytest.raises(AmountTooLarge, match="the most a ledger can store"):
+            ledger.reserve(["c", "stage"], too_big)
     with pytest.raises(AmountTooLarge):
         ledger.reserve(["c", "stage"], D("1e20"))
     a = ledger.reserve(["c", "a"], D("1"))
@@ -247,7 +248,7 @@ _RESERVER = """
 import os
 import sys
 from decimal import Decimal
-from sluicegate.campaign._ledger import BudgetRefused, Ledger
+from sluicegate.campaign import BudgetRefused, Ledger
 ledger = Ledger(sys.argv[1])
 won = 0
 for _ in range(int(sys.argv[2])):

@@ -245,3 +245,47 @@ def test_a_limit_made_at_module_level_starts_afresh_in_each_run() -> None:
     # (given back once it finds the end): 1.6 s in every run, not a stall.
     spans = [end - start for start, end in zip(clock_starts[::2], clock_starts[1::2], strict=True)]
     assert spans == [pytest.approx(1.6)] * 3
+
+
+async def test_statistics_count_the_tokens_left_and_the_tasks_waiting(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limit = RateLimit(2, burst=4)  # a token every half second, four at once
+    stats = limit.statistics()
+    assert (stats.tokens, stats.burst, stats.tasks_waiting) == (4.0, 4, 0)
+    for _ in range(3):
+        await limit.acquire()
+    assert limit.statistics().tokens == pytest.approx(1.0)
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(limit.acquire)
+        await trio.testing.wait_all_tasks_blocked()
+        stats = limit.statistics()
+        # One took the last token; two wait, one of them on the clock.
+        assert (stats.tokens, stats.tasks_waiting) == (0.0, 2)
+    await trio.sleep(10)
+    assert limit.statistics().tokens == 4.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (
+            {"rate": "5"},
+            TypeError,
+            r"^RateLimit\(rate=\.\.\.\) must be a finite number > 0, not '5'$",
+        ),
+        ({"rate": 0}, ValueError, r"^RateLimit\(rate=\.\.\.\) must be a finite number > 0, not 0$"),
+        (
+            {"rate": 1, "burst": 0},
+            ValueError,
+            r"^RateLimit\(burst=\.\.\.\) must be an int >= 1, not 0$",
+        ),
+        ({"rate": 1, "burst": 1.5}, TypeError, r"^RateLimit\(burst=\.\.\.\) must be an int >= 1"),
+    ],
+)
+def test_bad_arguments_are_worded_as_everywhere(
+    kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        RateLimit(**kwargs)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from sluicegate import Retry
+from sluicegate import Retry, serve
 from sluicegate._retry import attempt
 
 
@@ -98,3 +98,56 @@ async def test_a_retry_after_past_the_budget_ends_the_retries(
     tried = await attempt(failing([Status(429, "30")], times), retry=policy)
     assert times == [0.0]
     assert tried.attempts == 1
+
+
+class ConnectFailed(Exception):
+    """An error without a response, as httpx's ConnectError is."""
+
+
+def by_status(error: Exception) -> bool:
+    return bool(error.response.status_code >= 500)  # type: ignore[attr-defined]
+
+
+async def test_a_predicate_that_raises_fails_the_item_chained_to_the_original(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    original = ConnectFailed("connection refused")
+    tried = await attempt(
+        failing([original], []), retry=Retry(attempts=3, retry_on=by_status, base_delay=0)
+    )
+    assert tried.attempts == 1
+    error = tried.result.error  # type: ignore[union-attr]
+    assert isinstance(error, AttributeError)
+    assert error.__context__ is original
+    assert any("retry_on" in note for note in getattr(error, "__notes__", []))
+
+
+async def test_serve_goes_on_after_a_predicate_that_raises(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def run(n: int) -> int:
+        if n % 3 == 0:
+            raise ConnectFailed(f"item {n}")
+        return n
+
+    policy = Retry(attempts=3, retry_on=by_status, base_delay=0.1)
+    report = await serve(range(12), run, window=2, retry=policy, signals=())
+    assert (report.ok, report.failed) == (8, 4)
+    assert report.stop_reason == "exhausted"
+
+
+@pytest.mark.parametrize(("max_pause", "waited"), [(None, 3600.0), (60.0, 60.0)])
+async def test_a_long_retry_after_is_honoured_unless_capped(
+    max_pause: float | None, waited: float, autojump_clock: trio.testing.MockClock
+) -> None:
+    times: list[float] = []
+    policy = Retry(attempts=2, base_delay=0.1, jitter=False, max_pause=max_pause)
+    tried = await attempt(failing([Status(429, "3600")], times), retry=policy)
+    assert tried.result.unwrap() == "ok"
+    assert times[1] - times[0] == pytest.approx(waited)
+
+
+@pytest.mark.parametrize(("value", "error"), [(-1, ValueError), ("60", TypeError)])
+def test_max_pause_must_be_seconds(value: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match=r"^Retry\(max_pause=\.\.\.\) must be"):
+        Retry(max_pause=value)  # type: ignore[arg-type]

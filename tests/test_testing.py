@@ -50,7 +50,9 @@ async def numbers(count: int, closes: Closes, *, fail_at: int | None = None) -> 
         closes.count += 1
 
 
-async def test_traced_run_records_each_outcome_and_passes_values_through() -> None:
+async def test_traced_run_records_each_outcome_and_passes_values_through(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     trace = Trace()
 
     async def run(n: int) -> str:
@@ -132,7 +134,9 @@ async def test_a_pull_cut_short_by_a_drain_records_no_error(autojump_clock: trio
     assert closes.count == 1
 
 
-async def test_closing_the_wrapper_twice_closes_the_source_once_and_shows_both() -> None:
+async def test_closing_the_wrapper_twice_closes_the_source_once_and_shows_both(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     trace, closes = Trace(), Closes()
     source = traced_source(numbers(3, closes), trace)
     assert await anext(source) == 0
@@ -272,7 +276,10 @@ trio.run(lambda: run_stream(feed, probe, window=2))
 testing.check_trace(trace, window=2)
 schedule = testing.Schedule(durations=(0.0, 1.0), gaps=(0.0, 0.0), window=1)
 assert schedule.count == 2
-for strategy in (testing.schedules, testing.windows):
+testing.check_run(lambda: probe, items=range(3), endings=["exhausted"])
+STRATEGIES = (testing.schedules, testing.windows, testing.endings, testing.flaky, testing.items,
+              testing.shared_schedules)
+for strategy in STRATEGIES:
     try:
         strategy()
     except ImportError as exc:
@@ -292,7 +299,7 @@ def test_the_kit_works_without_hypothesis() -> None:
     assert lines == [
         f"{name} sluicegate.testing.{name}() needs Hypothesis, which the test extra "
         "installs: pip install 'sluicegate[test]'"
-        for name in ("schedules", "windows")
+        for name in ("schedules", "windows", "endings", "flaky", "items", "shared_schedules")
     ]
 
 

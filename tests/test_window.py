@@ -311,3 +311,22 @@ def test_a_window_size_is_checked() -> None:
 def test_releasing_a_place_never_taken_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="release"):
         Window(1).release()
+
+
+async def test_statistics_say_what_the_window_is_doing(autojump_clock: Any) -> None:
+    window = Window(2)
+    stats = window.statistics()
+    assert (stats.size, stats.in_flight, stats.tasks_waiting, stats.paused_for) == (2, 0, 0, 0.0)
+    await window.acquire()
+    await window.acquire()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(window.acquire)
+        await trio.testing.wait_all_tasks_blocked()
+        window.pause(3)
+        stats = window.statistics()
+        assert (stats.in_flight, stats.tasks_waiting, stats.paused_for) == (2, 1, 3.0)
+        window.release()
+    assert trio.current_time() == 3.0
+    assert window.statistics().paused_for == 0.0
+    with pytest.raises(AttributeError):
+        window.statistics().size = 3  # type: ignore[misc]

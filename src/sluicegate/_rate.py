@@ -20,9 +20,12 @@ import math
 from collections.abc import Callable
 from typing import Final, final
 
+import attrs
 import trio
 
-__all__ = ["RateLimit"]
+from ._checks import check_count
+
+__all__ = ["RateLimit", "RateLimitStatistics"]
 
 # The default burst covers this much time at the full rate. A start that is
 # due but late (trio's sleeps wake a little after their deadline, and a busy
@@ -41,11 +44,31 @@ _NO_ITEM: Final = _Missing()
 
 
 def _number(name: str, value: object) -> float:
+    # The wording of sluicegate._checks: "<name> must be <what it takes>, not <value>".
+    takes = "a finite number > 0"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"RateLimit({name}=...) must be a number, not {value!r}")
+        raise TypeError(f"RateLimit({name}=...) must be {takes}, not {value!r}")
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"RateLimit({name}=...) must be finite and > 0, got {value!r}")
+        raise ValueError(f"RateLimit({name}=...) must be {takes}, not {value!r}")
     return value
+
+
+@final
+@attrs.frozen
+class RateLimitStatistics:
+    """What a :class:`RateLimit` is doing now, for a metrics loop or a debugger.
+
+    Attributes:
+        tokens: The units that may start at once now, from 0 to ``burst``
+            (fractional: the bucket refills continuously).
+        burst: The most units that may start back to back.
+        tasks_waiting: The tasks waiting in :meth:`RateLimit.acquire` for
+            their turn to start.
+    """
+
+    tokens: float
+    burst: int
+    tasks_waiting: int
 
 
 @final
@@ -109,28 +132,38 @@ class RateLimit:
         rate = _number("rate", rate)
         per = _number("per", per)
         if cost is not None and (isinstance(cost, type) or not callable(cost)):
-            raise TypeError(f"RateLimit(cost=...) must be callable(item) -> number, not {cost!r}")
+            raise TypeError(
+                f"RateLimit(cost=...) must be a callable(item) -> number or None, not {cost!r}"
+            )
         if burst is None:
             burst = max(1, math.ceil(rate if cost is not None else rate / per * _SLACK))
-        elif isinstance(burst, bool) or not isinstance(burst, int):
-            raise TypeError(f"RateLimit(burst=...) must be an int >= 1, not {burst!r}")
-        elif burst < 1:
-            raise ValueError(f"RateLimit(burst=...) must be >= 1, got {burst}")
+        else:
+            burst = check_count(burst, "RateLimit(burst=...)", minimum=1)
+        # The settings, fixed here; everything below is written by acquire(),
+        # refund() and _bind() only.
         self._rate = rate
         self._per = per
         self._burst = burst
         self._cost = cost
         self._interval = per / rate
         self._tat = -math.inf
-        # The trio run whose clock _tat is on; None before the first use.
+        # The theoretical arrival time of the next unit. Owner: _take (and
+        # refund, which restores _undo; _bind, which resets it for a new run).
+        # Invariant: a start of u units at `now` is allowed iff
+        # _tat - now <= (burst - u) * _interval.
         self._run: trio.lowlevel.TrioToken | None = None
+        # The trio run whose clock _tat is on; None before the first use. Owner: _bind.
+        self._lock = trio.Lock()
         # Waiters queue on a lock (trio's Lock is fair), so one sleeps on the
         # clock at a time instead of all of them waking for every token.
-        self._lock = trio.Lock()
+        # Owner: acquire() holds it; _bind replaces it for a new run.
         self._refunded = trio.Event()
-        # What refund() needs to undo the latest take exactly.
+        # Set (then replaced) by refund() to wake the waiter sleeping on the clock.
         self._undo_task: trio.lowlevel.Task | None = None
         self._undo = -math.inf
+        # What refund() needs to undo the latest take exactly. Owner: _take
+        # sets them, refund() spends them. Invariant: _undo_task is the task
+        # that took last, or None once refunded (or after a new run).
 
     @property
     def rate(self) -> float:
@@ -166,10 +199,11 @@ class RateLimit:
                 "await limit.acquire(item)"
             )
         units = self._cost(item)
+        takes = "a finite number >= 0"
         if isinstance(units, bool) or not isinstance(units, (int, float)):
-            raise TypeError(f"RateLimit cost(item) must return a number, got {units!r}")
+            raise TypeError(f"RateLimit cost(item) must be {takes}, not {units!r}")
         if not (math.isfinite(units) and units >= 0):
-            raise ValueError(f"RateLimit cost(item) must be finite and >= 0, got {units!r}")
+            raise ValueError(f"RateLimit cost(item) must be {takes}, not {units!r}")
         if units > self._burst:
             raise ValueError(
                 f"an item costing {units:g} units can never start under {self!r}: "
@@ -248,6 +282,22 @@ class RateLimit:
             if self._lock.locked():
                 self._refunded.set()
                 self._refunded = trio.Event()
+
+    def statistics(self) -> RateLimitStatistics:
+        """What the limit is doing now: tokens left, burst, tasks waiting.
+
+        Like trio's own ``statistics()`` methods, it costs nothing until
+        called and is meant for debugging and metrics. Call it from trio code
+        (it reads trio's clock).
+        """
+        tokens = float(self._burst)
+        if self._run is trio.lowlevel.current_trio_token() and self._tat != -math.inf:
+            # _tat - now is how many intervals of the burst are spent.
+            spent = max(0.0, self._tat - trio.current_time()) / self._interval
+            tokens = max(0.0, self._burst - spent)
+        lock = self._lock.statistics()
+        waiting = lock.tasks_waiting + (1 if lock.locked else 0)
+        return RateLimitStatistics(tokens, self._burst, waiting)
 
     def __repr__(self) -> str:
         cost = "" if self._cost is None else f", cost={self._cost!r}"

@@ -18,8 +18,9 @@ import attrs
 import outcome
 import trio
 
-from ._adaptive import retry_after
+from ._adaptive import AdaptiveWindow
 from ._checks import check_count, check_seconds
+from ._overload import retry_after
 from ._runner import CURRENT_WINDOW, Drain
 
 __all__ = ["Attempts", "CutShort", "Retry", "attempt"]
@@ -64,6 +65,10 @@ def _check_budget(_: object, __: attrs.Attribute[float | None], value: float | N
     check_seconds(value, "Retry(timeout=...)", zero=False, none=True)
 
 
+def _check_max_pause(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
+    check_seconds(value, "Retry(max_pause=...)", none=True)
+
+
 def _check_attempts(_: object, __: attrs.Attribute[int], value: int) -> None:
     # attempts counts the first: 1 means no retry.
     check_count(value, "Retry(attempts=...)", minimum=1)
@@ -88,18 +93,23 @@ class Retry:
         jitter: Wait a uniformly random time between 0 and the backoff
             ("full jitter"), so that clients failing together do not retry
             together. Without it the wait is the backoff itself. An error that
-            carries a ``Retry-After`` (see :class:`~sluicegate.AdaptiveWindow`)
-            waits at least that long.
+            carries a ``Retry-After`` or ``retry-after-ms`` (see
+            :func:`~sluicegate.AdaptiveWindow.retry_after`) waits at least that
+            long, however long it is, unless ``max_pause`` says otherwise.
         timeout: Optional total budget in seconds, from the start of the first
             attempt: no retry is made whose wait would end past it (an attempt
             under way is not cut; ``attempt(limit=...)`` bounds each one).
+        max_pause: Optional; the longest wait a ``Retry-After`` may ask for,
+            in seconds: a longer one is read as this. None (the default)
+            honours any wait the upstream asks for.
 
     Raises:
         TypeError: ``attempts`` is not an int, a delay not a number,
             ``on`` holds something that is not an exception class, or
             ``retry_on`` is not callable.
         ValueError: ``attempts < 1`` or a delay that is negative or not
-            finite, ``max_delay < base_delay``, or ``timeout`` not > 0.
+            finite, ``max_delay < base_delay``, ``timeout`` not > 0, or
+            ``max_pause`` negative or not finite.
     """
 
     attempts: int = attrs.field(default=3, validator=_check_attempts)
@@ -111,6 +121,7 @@ class Retry:
         default=None, validator=_check_predicate
     )
     timeout: float | None = attrs.field(default=None, validator=_check_budget)
+    max_pause: float | None = attrs.field(default=None, validator=_check_max_pause)
 
     def __attrs_post_init__(self) -> None:
         if self.max_delay < self.base_delay:
@@ -119,10 +130,25 @@ class Retry:
             )
 
     def retries(self, error: BaseException, failures: int) -> bool:
-        """Whether ``error``, the ``failures``-th failed attempt, earns another one."""
+        """Whether ``error``, the ``failures``-th failed attempt, earns another one.
+
+        Raises:
+            Exception: whatever ``retry_on`` raised, with ``error`` as its
+                ``__context__`` (the error it was asked about).
+        """
         if failures >= self.attempts or not isinstance(error, self.on):
             return False
-        return self.retry_on is None or bool(self.retry_on(error))
+        if self.retry_on is None:
+            return True
+        try:
+            return bool(self.retry_on(error))
+        except Exception as broken:
+            # Raised outside the `except` that caught `error`, so Python did
+            # not chain them: the original would be lost from the traceback.
+            if broken.__context__ is None and broken is not error:
+                broken.__context__ = error
+            broken.add_note(f"sluicegate: raised by Retry(retry_on=...) asked about {error!r}")
+            raise
 
     def backoff(self, failures: int) -> float:
         """Seconds to wait after the ``failures``-th failed attempt (counting from 1)."""
@@ -135,7 +161,11 @@ class Retry:
         """Seconds to wait after ``error``: the backoff, or its ``Retry-After`` if longer."""
         asked = retry_after(error)
         backoff = self.backoff(failures)
-        return backoff if asked is None else max(backoff, asked)
+        if asked is None:
+            return backoff
+        if self.max_pause is not None:
+            asked = min(asked, self.max_pause)
+        return max(backoff, asked)
 
 
 class CutShort(Exception):
@@ -182,11 +212,14 @@ async def attempt(
     builtin :class:`TimeoutError` (trio's ``TooSlowError`` is not one), and is
     retried when ``retry.on`` matches it. Only ``Exception`` s are captured:
     cancellation, ``KeyboardInterrupt`` and other ``BaseException`` s pass
-    through. Each failed attempt is reported, with its duration, to the
+    through. Each failed attempt is reported to the
     :class:`~sluicegate.Window` the calling run's stream runs under (an
-    :class:`~sluicegate.AdaptiveWindow` shrinks on an overload); the wait
-    before the next is the longer of the backoff and the error's
-    ``Retry-After``, and no wait ends past ``retry.timeout``.
+    :class:`~sluicegate.AdaptiveWindow` shrinks on an overload), with the
+    time since the run's first attempt began, so that the window knows how
+    old the news is; the wait before the next is the longer of the backoff
+    and the error's ``Retry-After``, and no wait ends past ``retry.timeout``.
+    A ``retry_on`` that raises ends the item: its result is that exception,
+    whose ``__context__`` is the error it was asked about.
 
     Args:
         call: One attempt.
@@ -215,7 +248,6 @@ async def attempt(
     began = trio.current_time() if timed else 0.0
     while True:
         deadline: trio.CancelScope | None = None
-        started = trio.current_time() if timed else 0.0
         try:
             if limit is None:
                 value = await call()
@@ -245,8 +277,24 @@ async def attempt(
         else:
             failures.append(error)
         if window is not None:
-            window.observe(trio.current_time() - started, error)
-        if retry is None or not retry.retries(error, len(failures)):
+            # Timed from the run's first attempt, not this one's: a retry of a
+            # run that began before the window last shrank is no news to it.
+            elapsed = trio.current_time() - began
+            if isinstance(window, AdaptiveWindow):
+                # Which attempt: a run refused again is told from two refused once.
+                window.observe(elapsed, error, attempt=len(failures))
+            else:
+                window.observe(elapsed, error)
+        if retry is None:
+            return Attempts(outcome.Error(error), len(failures), tuple(failures[:-1]))
+        try:
+            again = retry.retries(error, len(failures))
+        except Exception as broken:
+            # The policy itself failed (a retry_on that meets an error it did
+            # not expect): the item fails with that, chained to its own
+            # error, and whoever runs items goes on to the next.
+            return Attempts(outcome.Error(broken), len(failures), tuple(failures[:-1]))
+        if not again:
             return Attempts(outcome.Error(error), len(failures), tuple(failures[:-1]))
         wait = retry.wait(error, len(failures))
         if retry.timeout is not None and trio.current_time() + wait > began + retry.timeout:

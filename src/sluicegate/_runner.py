@@ -52,6 +52,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, final, runtime_chec
 import attrs
 import trio
 
+from ._asyncio import note_asyncio_on_trio, refuse_outside_trio
 from ._checks import check_flag, check_text
 from ._util import (
     as_async_iterator,
@@ -1033,6 +1034,7 @@ class _Dispatcher(Generic[T, R]):
         ending = self.state.ending
         if ending.fail(exc, where):
             exc.add_note(f"sluicegate: raised {where}")
+            note_asyncio_on_trio(exc)
             self._end_waits_for_places()
             if self._trace is not None:
                 self._trace.marked("failure")
@@ -1548,6 +1550,7 @@ def _open_block(
     trace: Recorder | None,
 ) -> _StreamBlock[H]:
     """Check the arguments now, before the source is touched; start the stream on entry."""
+    refuse_outside_trio()
     check_stream_arguments(source, run, window, rate, trace, drain)
     if isinstance(rate, PricedPacer) and rate.cost is not None:
         # A pacer that prices each item (RateLimit(cost=...)) needs the item,

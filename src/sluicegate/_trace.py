@@ -1,5 +1,9 @@
 """Opt-in recording of a stream's runs, and the Chrome trace that shows it.
 
+This module is the recorder, on the runner's hot path; the event log's
+records, writer and reader are :mod:`sluicegate._tracelog`, and the Chrome
+format :mod:`sluicegate._chrome`.
+
 A :class:`Timeline` is the recorder that :func:`~sluicegate.run_stream` and
 :func:`~sluicegate.open_stream` call through their ``trace=`` argument: it
 hears each item pulled, started and finished, and the drain, failure and
@@ -17,26 +21,39 @@ trace, and :func:`recording` is the few lines a command needs to keep both
 
 from __future__ import annotations
 
-import functools
 import heapq
-import json
 import logging
 import os
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, final
+from typing import Any, Final, Literal, final
 
 import attrs
 import trio
 
+from . import _tracelog as log_format
+from ._chrome import read_chrome, write_chrome_trace
 from ._runner import CURRENT_WINDOW
-from ._util import write_atomically
-
-if TYPE_CHECKING:
-    import cattrs
+from ._tracelog import (
+    CANCELLED,
+    ERROR,
+    OK,
+    OUTCOMES,
+    Errored,
+    Finish,
+    Marked,
+    Session,
+    Sized,
+    Start,
+    Unstarted,
+    finish_line,
+    marked_line,
+    read_log,
+    start_line,
+)
 
 __all__ = [
     "TRACE",
@@ -54,22 +71,8 @@ logger = logging.getLogger("sluicegate")
 
 TRACE: Final = "trace.json"
 TRACE_LOG: Final = "trace.jsonl"
-LOG_FORMAT: Final = 1
 
 Outcome = Literal["ok", "error", "cancelled", "unfinished", "unstarted"]
-
-# How a finished run ended, as stored in the timeline's columns and the log.
-_OK, _ERROR, _CANCELLED = 0, 1, 2
-_OUTCOMES: Final[tuple[Outcome, ...]] = ("ok", "error", "cancelled")
-_CODES: Final[dict[str, int]] = {name: code for code, name in enumerate(_OUTCOMES)}
-
-# The Chrome trace viewer's reserved colour names (Perfetto colours by name).
-_CNAME: Final[dict[str, str]] = {
-    "ok": "good",
-    "error": "terrible",
-    "cancelled": "grey",
-    "unfinished": "yellow",
-}
 
 
 @final
@@ -220,7 +223,7 @@ class Timeline:
             self._slots += 1
         self._running[index] = (pulled, now, slot, label)
         if self._fd is not None:
-            self._write(f'["s",{index},{pulled:.6f},{now:.6f},{slot},{json.dumps(label)}]\n')
+            self._write(start_line(index, pulled, now, slot, label))
         # The dispatcher calls this hook in the task that runs the item, where
         # the window object it runs under is known: its size is sampled at
         # each start, which is when it bounds anything.
@@ -231,7 +234,7 @@ class Timeline:
     def _sized(self, now: float, size: int) -> None:
         self._window.append((now, size))
         if self._fd is not None:
-            self._write(f'["w",{now:.6f},{size}]\n')
+            self._write(log_format.sized_line(now, size))
 
     def finished(self, index: int, error: BaseException | None) -> None:
         """The run of item ``index`` ended: ``error`` None for ok, else what it raised.
@@ -242,11 +245,11 @@ class Timeline:
         clock = self._clock or self._begin()
         now = clock() - self._origin
         if error is None:
-            code, name = _OK, None
+            code, name = OK, None
         elif isinstance(error, trio.Cancelled):
-            code, name = _CANCELLED, None
+            code, name = CANCELLED, None
         else:
-            code, name = _ERROR, type(error).__qualname__
+            code, name = ERROR, type(error).__qualname__
         running = self._running.pop(index, None)
         if running is None:
             self._never_started(index, now)
@@ -254,10 +257,7 @@ class Timeline:
         heapq.heappush(self._free, running[2])
         self._store(index, running, now, code, name)
         if self._fd is not None:
-            if name is None:
-                self._write(f'["f",{index},{now:.6f},{code}]\n')
-            else:
-                self._write(f'["f",{index},{now:.6f},{code},{json.dumps(name)}]\n')
+            self._write(finish_line(index, now, code, name))
 
     def errored(self, index: int, error: BaseException | str) -> None:
         """Record item ``index`` as an error although its run returned.
@@ -274,7 +274,7 @@ class Timeline:
         name = error if isinstance(error, str) else type(error).__qualname__
         self._errors[index] = name
         if self._fd is not None:
-            self._write(f'["e",{index},{json.dumps(name)}]\n')
+            self._write(log_format.errored_line(index, name))
 
     def marked(self, what: str) -> None:
         """An instant: ``"drain"`` requested, first ``"failure"``, source ``"close"``."""
@@ -282,7 +282,7 @@ class Timeline:
         now = clock() - self._origin
         self._marks.append(Mark(what, now))
         if self._fd is not None:
-            self._write(f'["m",{json.dumps(what)},{now:.6f}]\n')
+            self._write(marked_line(what, now))
 
     # -- bookkeeping shared by the hooks and the log reader -----------------------
 
@@ -322,7 +322,7 @@ class Timeline:
         self._unstarted.append(Span(index, label, None, pulled, None, None, "unstarted"))
         self._last = max(self._last, now)
         if self._fd is not None:
-            self._write(f'["u",{index},{pulled:.6f},{json.dumps(label)}]\n')
+            self._write(log_format.unstarted_line(index, pulled, label))
 
     # -- the event log --------------------------------------------------------------
 
@@ -337,8 +337,7 @@ class Timeline:
                 if existing.read(1) != b"\n":
                     os.write(fd, b"\n")
         assert self._started_at is not None
-        header = _Header(sluicegate_trace=LOG_FORMAT, started_at=self._started_at, pid=os.getpid())
-        self._write(json.dumps(_converter().unstructure(header)) + "\n")
+        self._write(log_format.header_line(self._started_at, os.getpid()))
 
     def _write(self, line: str) -> None:
         # One write() per line and no buffer of our own: what a run has
@@ -426,9 +425,10 @@ class Timeline:
         return spans
 
     def _outcome(self, index: int, code: int) -> Outcome:
-        if code == _OK and index in self._errors:
+        if code == OK and index in self._errors:
             return "error"  # see errored()
-        return _OUTCOMES[code]
+        outcome: Outcome = OUTCOMES[code]
+        return outcome
 
     def unfinished(self) -> list[Span]:
         """The runs that started and have no recorded end, in index order.
@@ -491,9 +491,9 @@ class Timeline:
         if path.is_dir():
             chrome, log = trace_files(path)
             if log.is_file():
-                return _read_log(log)
+                return [cls._restore(session) for session in read_log(log)]
             if chrome.is_file():
-                return _read_chrome(chrome)
+                return [cls._restore(session) for session in read_chrome(chrome)]
             raise FileNotFoundError(
                 f"{path} holds no {TRACE} or {TRACE_LOG}: record the run with a Timeline "
                 f"(eval --trace, campaign run --trace)"
@@ -501,8 +501,8 @@ class Timeline:
         with path.open("rb") as file:
             head = file.read(64)
         if path.suffix == ".jsonl" or head.startswith(b'{"sluicegate_trace"'):
-            return _read_log(path)
-        return _read_chrome(path)
+            return [cls._restore(session) for session in read_log(path)]
+        return [cls._restore(session) for session in read_chrome(path)]
 
     def write_chrome_trace(self, path: str | os.PathLike[str]) -> None:
         """Write this timeline as a Chrome trace: what Perfetto and ``chrome://tracing`` open.
@@ -519,6 +519,48 @@ class Timeline:
         """
         write_chrome_trace(path, [self])
 
+    @classmethod
+    def _restore(cls, session: Session) -> Timeline:
+        """The one constructor of a timeline read back: ``session``'s records, replayed.
+
+        A record of an item the session holds no start for (its line was
+        torn, or the log began mid-stream) is left out, as the recorder
+        itself would have done.
+        """
+        timeline = cls()
+        timeline._started_at = session.started_at
+        timeline._last = session.last
+        running = timeline._running
+        # Unpacked, not matched: a class pattern per record costs a third of
+        # the whole read.
+        for record in session.records:
+            if isinstance(record, Start):
+                index, pulled, started, slot, label = record
+                if slot >= timeline._slots:
+                    timeline._slots = slot + 1
+                running[index] = (pulled, started, slot, label)
+            elif isinstance(record, Finish):
+                index, time, code, error = record
+                run = running.pop(index, None)
+                if run is not None:
+                    timeline._store(index, run, time, code, error)
+            elif isinstance(record, Unstarted):
+                index, pulled, label = record
+                timeline._unstarted.append(
+                    Span(index, label, None, pulled, None, None, "unstarted")
+                )
+                timeline._last = max(timeline._last, pulled)
+            elif isinstance(record, Errored):
+                index, error = record
+                timeline._errors[index] = error
+            elif isinstance(record, Marked):
+                what, time = record
+                timeline._marks.append(Mark(what, time))
+            elif isinstance(record, Sized):
+                time, size = record
+                timeline._window.append((time, size))
+        return timeline
+
     def __repr__(self) -> str:
         return (
             f"<Timeline {len(self._index)} finished, {len(self._running)} running, "
@@ -526,322 +568,12 @@ class Timeline:
         )
 
 
-# -- the Chrome Trace Event format -------------------------------------------------------
-
-
-@attrs.frozen
-class _Header:
-    """The first line of each session in an event log."""
-
-    sluicegate_trace: int
-    started_at: datetime
-    pid: int
-
-
-# Not frozen: a trace holds a few events per item, and a frozen attrs
-# instance costs three times as much to make.
-@attrs.define
-class _Event:
-    """One event of the Chrome Trace Event format (the fields sluicegate uses)."""
-
-    name: str
-    ph: str
-    ts: float
-    pid: int
-    tid: int
-    dur: float | None = None
-    cat: str | None = None
-    s: str | None = None
-    cname: str | None = None
-    args: dict[str, Any] | None = None
-
-
-@attrs.frozen
-class _Session:
-    pid: int
-    started_at: datetime | None
-    offset_us: float
-
-
-@attrs.frozen
-class _OtherData:
-    format: str
-    sessions: list[_Session]
-
-
-@attrs.frozen
-class _ChromeTrace:
-    traceEvents: list[_Event]
-    otherData: _OtherData
-    displayTimeUnit: str = "ms"
-
-
-@functools.cache
-def _converter() -> cattrs.Converter:
-    """The trace format's converter, built on first use: ``import sluicegate`` loads no cattrs."""
-    import cattrs
-    from cattrs.gen import make_dict_unstructure_fn, override
-
-    # Without detailed validation, structuring runs about twice as fast; a
-    # trace that is not ours still fails, with a plainer message.
-    converter = cattrs.Converter(detailed_validation=False)
-    converter.register_unstructure_hook(datetime, lambda value: value.isoformat())
-    converter.register_structure_hook(datetime, lambda value, _: datetime.fromisoformat(value))
-    # Optional fields are left out rather than written as null: viewers treat
-    # "dur": null or "s": null as malformed.
-    omit = override(omit_if_default=True)
-    converter.register_unstructure_hook(
-        _Event,
-        make_dict_unstructure_fn(
-            _Event, converter, dur=omit, cat=omit, s=omit, cname=omit, args=omit
-        ),
-    )
-    return converter
-
-
-def _validation_error() -> type[Exception]:
-    import cattrs
-
-    return cattrs.BaseValidationError
-
-
-_FORMAT_NAME: Final = "sluicegate-trace/1"
-
-
-def _us(seconds: float) -> float:
-    return round(seconds * 1e6, 3)
-
-
-def _chrome_events(timelines: Sequence[Timeline]) -> _ChromeTrace:
-    """Every event of ``timelines``; each one a process (``pid``) of its own.
-
-    Sessions are placed on one time axis by their wall-clock start, so a
-    resumed run's sessions follow each other.
-    """
-    starts = [tl.started_at for tl in timelines if tl.started_at is not None]
-    base = min(starts) if starts else None
-    events: list[_Event] = []
-    sessions: list[_Session] = []
-    for pid, timeline in enumerate(timelines, 1):
-        offset = 0.0
-        if base is not None and timeline.started_at is not None:
-            offset = _us((timeline.started_at - base).total_seconds())
-        sessions.append(_Session(pid=pid, started_at=timeline.started_at, offset_us=offset))
-        name = "sluicegate" if len(timelines) == 1 else f"sluicegate session {pid}"
-        events.append(_Event("process_name", "M", 0, pid, 0, args={"name": name}))
-        events.append(_Event("process_sort_index", "M", 0, pid, 0, args={"sort_index": pid}))
-        for slot in range(timeline.slots):
-            events.append(_Event("thread_name", "M", 0, pid, slot, args={"name": f"slot {slot}"}))
-            events.append(_Event("thread_sort_index", "M", 0, pid, slot, args={"sort_index": slot}))
-        end = timeline.end
-        for span in timeline.spans:
-            args: dict[str, Any] = {
-                "index": span.index,
-                "label": span.label,
-                "outcome": span.outcome,
-                "pulled": offset + _us(span.pulled),
-            }
-            if span.error is not None:
-                args["error"] = span.error
-            if span.started is None or span.slot is None:
-                events.append(
-                    _Event(
-                        f"unstarted {span.label or span.index}",
-                        "i",
-                        offset + _us(span.pulled),
-                        pid,
-                        0,
-                        cat="unstarted",
-                        s="p",
-                        args=args,
-                    )
-                )
-                continue
-            finished = end if span.finished is None else span.finished
-            events.append(
-                _Event(
-                    span.label or f"item {span.index}",
-                    "X",
-                    offset + _us(span.started),
-                    pid,
-                    span.slot,
-                    dur=max(0.0, _us(finished - span.started)),
-                    cat=span.outcome,
-                    cname=_CNAME[span.outcome],
-                    args=args,
-                )
-            )
-        # Instants that round to the same microsecond share one sample.
-        flight: dict[float, int] = {}
-        for time, count in timeline.in_flight:
-            flight[offset + _us(time)] = count
-        events.extend(
-            _Event("in flight", "C", ts, pid, 0, args={"runs": count})
-            for ts, count in flight.items()
-        )
-        events.extend(
-            _Event("window", "C", offset + _us(time), pid, 0, args={"size": size})
-            for time, size in timeline.window
-        )
-        events.extend(
-            _Event(mark.what, "i", offset + _us(mark.time), pid, 0, cat="mark", s="g")
-            for mark in timeline.marks
-        )
-    return _ChromeTrace(traceEvents=events, otherData=_OtherData(_FORMAT_NAME, sessions))
-
-
-def write_chrome_trace(path: str | os.PathLike[str], timelines: Sequence[Timeline]) -> None:
-    """Write ``timelines`` as one Chrome trace (see :meth:`Timeline.write_chrome_trace`).
-
-    Several timelines (the sessions of a resumed run) become processes of
-    their own, placed on one time axis by their wall-clock start.
-
-    Raises:
-        OSError: if the file cannot be written.
-    """
-    trace = _chrome_events(timelines)
-    # dumps() then one write: json.dump() to a file encodes in small pieces,
-    # several times slower.
-    text = json.dumps(_converter().unstructure(trace), separators=(",", ":"))
-    write_atomically(path, text + "\n")
-
-
-# -- reading a trace back ---------------------------------------------------------------
+# -- a run directory's trace ----------------------------------------------------------------
 
 
 def trace_files(directory: Path) -> tuple[Path, Path]:
     """``(trace.json, trace.jsonl)`` of a run directory."""
     return directory / TRACE, directory / TRACE_LOG
-
-
-def _read_log(path: Path) -> list[Timeline]:
-    timelines: list[Timeline] = []
-    timeline: Timeline | None = None
-    lines = path.read_bytes().split(b"\n")
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            entry = json.loads(raw)
-            if isinstance(entry, dict):
-                header = _converter().structure(entry, _Header)
-                timeline = Timeline()
-                timeline._started_at = header.started_at
-                timelines.append(timeline)
-                continue
-            if timeline is None:
-                raise ValueError("an event before the first header")
-            _replay(timeline, entry)
-        except (ValueError, KeyError, IndexError, TypeError, _validation_error()) as exc:
-            if _ends_session(lines, number):
-                # The last line of a session, torn by a kill in the middle of
-                # its write.
-                logger.info("%s line %d: skipped a torn last line", path, number)
-                continue
-            raise ValueError(
-                f"{path} line {number} is not a sluicegate trace event: {exc}"
-            ) from None
-    if not timelines:
-        if not any(raw.strip() for raw in lines):
-            # A stream that never pulled anything: recording() made the file,
-            # and the first event never came to write the header.
-            return [Timeline()]
-        raise ValueError(f"{path} is not a sluicegate event log (no header line)")
-    return timelines
-
-
-def _ends_session(lines: list[bytes], number: int) -> bool:
-    """Whether line ``number`` (from 1) is the last of its session."""
-    for after in lines[number:]:
-        if after.strip():
-            return after.startswith(b'{"sluicegate_trace"')
-    return True
-
-
-def _replay(timeline: Timeline, entry: list[Any]) -> None:
-    kind = entry[0]
-    if kind == "s":
-        _, index, pulled, started, slot, label = entry
-        timeline._slots = max(timeline._slots, slot + 1)
-        timeline._running[index] = (pulled, started, slot, label)
-    elif kind == "f":
-        index, now, code = entry[1], entry[2], entry[3]
-        running = timeline._running.pop(index, None)
-        if running is not None:
-            timeline._store(index, running, now, code, entry[4] if len(entry) > 4 else None)
-    elif kind == "u":
-        _, index, pulled, label = entry
-        timeline._unstarted.append(Span(index, label, None, pulled, None, None, "unstarted"))
-        timeline._last = max(timeline._last, pulled)
-    elif kind == "e":
-        _, index, name = entry
-        timeline._errors[index] = name
-    elif kind == "m":
-        _, what, now = entry
-        timeline._marks.append(Mark(what, now))
-    elif kind == "w":
-        _, now, size = entry
-        timeline._window.append((now, size))
-    else:
-        raise ValueError(f"unknown event kind {kind!r}")
-
-
-def _read_chrome(path: Path) -> list[Timeline]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        trace = _converter().structure(data, _ChromeTrace)
-    except (ValueError, KeyError, TypeError, _validation_error()) as exc:
-        raise ValueError(f"{path} is not a sluicegate Chrome trace: {exc!r}") from None
-    if trace.otherData.format != _FORMAT_NAME:
-        raise ValueError(f"{path} is not a sluicegate Chrome trace ({trace.otherData.format!r})")
-    try:
-        return _rebuild(trace)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path} has a malformed event: {exc!r}") from None
-
-
-def _rebuild(trace: _ChromeTrace) -> list[Timeline]:
-    timelines: dict[int, Timeline] = {}
-    offsets: dict[int, float] = {}
-    for session in trace.otherData.sessions:
-        timeline = Timeline()
-        timeline._started_at = session.started_at
-        timelines[session.pid] = timeline
-        offsets[session.pid] = session.offset_us
-
-    def seconds(pid: int, ts: float) -> float:
-        return (ts - offsets[pid]) / 1e6
-
-    for event in trace.traceEvents:
-        timeline = timelines[event.pid]
-        args = event.args or {}
-        if event.ph == "X":
-            start = seconds(event.pid, event.ts)
-            end = start + (event.dur or 0.0) / 1e6
-            running = (seconds(event.pid, args["pulled"]), start, event.tid, args["label"])
-            timeline._slots = max(timeline._slots, event.tid + 1)
-            if args["outcome"] == "unfinished":
-                timeline._running[args["index"]] = running
-                # It ran at least until the trace was written.
-                timeline._last = max(timeline._last, end)
-            else:
-                code = _CODES[args["outcome"]]
-                timeline._store(args["index"], running, end, code, args.get("error"))
-        elif event.ph == "i" and event.cat == "mark":
-            timeline._marks.append(Mark(event.name, seconds(event.pid, event.ts)))
-        elif event.ph == "C" and event.name == "window":
-            timeline._window.append((seconds(event.pid, event.ts), args["size"]))
-        elif event.ph == "i" and event.cat == "unstarted":
-            pulled = seconds(event.pid, args["pulled"])
-            timeline._unstarted.append(
-                Span(args["index"], args["label"], None, pulled, None, None, "unstarted")
-            )
-    for timeline in timelines.values():
-        timeline._marks.sort(key=lambda mark: mark.time)
-    return list(timelines.values())
-
-
-# -- a run directory's trace ----------------------------------------------------------------
 
 
 @contextmanager
@@ -868,6 +600,7 @@ def recording(
     finally:
         timeline.close()
         try:
-            write_chrome_trace(chrome, _read_log(log) if log.stat().st_size else [timeline])
+            sessions = Timeline.read(log) if log.stat().st_size else [timeline]
+            write_chrome_trace(chrome, sessions)
         except (OSError, ValueError):
             logger.exception("could not write %s from %s", chrome, log)

@@ -13,10 +13,24 @@ pieces are importable for job code and for tools:
 
 Running a campaign needs a POSIX system (it locks files with ``fcntl``);
 importing this package, reading reports and using a ledger do not.
+
+Every error the package raises is a :class:`CampaignError`:
+
+```text
+CampaignError           a campaign cannot start or go on
+├── CampaignLocked      another controller works on the output directory
+├── CampaignFileError   a plan, report or result file is invalid (also ValueError)
+├── FieldProblems       a Plan or Candidate made in Python breaks a rule (also ValueError)
+└── LedgerError         the budget ledger cannot be used
+    ├── LedgerMissing   there is no ledger at that path
+    ├── AmountTooLarge  an amount above MAX_AMOUNT (also ValueError)
+    └── BudgetRefused   a scope has no room for a reservation
+```
 """
 
 from .. import _util
 from ._convert import CampaignFileError
+from ._errors import CampaignError
 from ._job import Budget, JobContext, Outcome
 from ._ledger import (
     MAX_AMOUNT,
@@ -27,7 +41,7 @@ from ._ledger import (
     LedgerMissing,
     format_money,
 )
-from ._outdir import CampaignError, CampaignLocked, read_report, request_drain
+from ._outdir import CampaignLocked, read_report, request_drain
 from ._plan import Candidate, Plan, load_plan
 from ._scheduler import reconcile, run_campaign
 from ._state import Report, Row

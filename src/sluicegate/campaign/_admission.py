@@ -53,13 +53,17 @@ class Admission:
         release: Callable[[int], Awaitable[None]],
         record: Callable[[Row], Awaitable[None]],
     ) -> None:
+        # Fixed: the rows it reads, the drain it obeys, and the campaign's verbs
+        # it acts through (it changes a row only through ``record``).
         self.panel = panel
         self.drain = drain
         self._reserve = reserve
         self._release = release
         self._record = record
-        # key -> panel.completions when its reservation was refused.
+        # key -> panel.completions when its reservation was refused; written
+        # only by candidates(). A refused key is tried again once a job ends.
         self._refused: dict[str, int] = {}
+        # Written only by candidates(), once, when it ends on its own.
         self.end_reason: StopReason | None = None
         """Why the source ended, once it has; None while it runs or if it was closed."""
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._convert import CampaignFileError
+from ._errors import CampaignError
 from ._ledger import Ledger, LedgerError, amount_problem, format_money, limit_text, scope_name
 
 if TYPE_CHECKING:
@@ -153,7 +154,6 @@ def _campaign_run(args: argparse.Namespace) -> int:
     from .._signals import drain_on_signals
     from .._terminal import messages, output_console
     from ._launch import TERMINATE_GRACE_S
-    from ._outdir import CampaignError
     from ._scheduler import run_campaign
     from ._view import LiveView, PlainView, render
 
@@ -268,7 +268,7 @@ def _say_why_drained(args: argparse.Namespace) -> None:
 
 def _found_report(outdir: Path) -> Report | None:
     """The report a rerun starts from, if there is a readable one."""
-    from ._outdir import CampaignError, read_report
+    from ._outdir import read_report
 
     try:
         return read_report(outdir)
@@ -277,7 +277,7 @@ def _found_report(outdir: Path) -> Report | None:
 
 
 def _campaign_drain(args: argparse.Namespace) -> int:
-    from ._outdir import DRAIN_POLL_S, CampaignError, request_drain
+    from ._outdir import DRAIN_POLL_S, request_drain
 
     try:
         path = request_drain(args.outdir, args.reason)
@@ -296,7 +296,7 @@ def _campaign_status(args: argparse.Namespace) -> int:
 
     from .._terminal import output_console
     from ._convert import dump_json
-    from ._outdir import CampaignError, is_locked, read_report
+    from ._outdir import is_locked, read_report
     from ._view import render
 
     try:
@@ -322,7 +322,6 @@ def _campaign_status(args: argparse.Namespace) -> int:
 
 
 def _campaign_reconcile(args: argparse.Namespace) -> int:
-    from ._outdir import CampaignError
     from ._scheduler import reconcile
 
     try:

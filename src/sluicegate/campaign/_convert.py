@@ -18,6 +18,7 @@ import cattrs
 from cattrs.v import format_exception, transform_error
 
 from .._util import write_atomically
+from ._errors import CampaignError
 
 __all__ = [
     "CampaignFileError",
@@ -69,7 +70,7 @@ for _kind in (int, str, bool):
 converter.register_unstructure_hook(Decimal, str)
 
 
-class CampaignFileError(ValueError):
+class CampaignFileError(CampaignError, ValueError):
     """A JSON file of the campaign (a plan, a report, a result) is invalid.
 
     Attributes:
@@ -84,7 +85,7 @@ class CampaignFileError(ValueError):
         super().__init__(f"{path}: invalid\n{lines}")
 
 
-class FieldProblems(ValueError):
+class FieldProblems(CampaignError, ValueError):
     """A value breaks several rules at once; raised by a class's own checks.
 
     Attributes:

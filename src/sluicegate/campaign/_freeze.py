@@ -16,12 +16,14 @@ import shutil
 import stat
 from pathlib import Path
 
+from ._errors import CampaignError
+
 __all__ = ["JobCodeError", "check_job_function", "freeze", "locate_job_source", "tree_hash"]
 
 _IGNORED = ("__pycache__", "*.pyc", "*.pyo")
 
 
-class JobCodeError(Exception):
+class JobCodeError(CampaignError):
     """The job's code cannot be found, or it is not what the campaign froze."""
 
 

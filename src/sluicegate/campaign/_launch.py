@@ -187,6 +187,7 @@ class AdoptedChild:
     """
 
     def __init__(self, pid: int | None, process_start: int | None, lock: Path) -> None:
+        # Fixed: what was recorded of the child, and its lock.
         self._pid = pid
         self._start = process_start
         self._lock = lock

@@ -42,6 +42,7 @@ from typing import Literal
 import attrs
 
 from .. import _sqlite
+from ._errors import CampaignError
 
 __all__ = [
     "MAX_AMOUNT",
@@ -73,7 +74,7 @@ Scope = tuple[str, ...]
 State = Literal["reserved", "settled", "uncertain"]
 
 
-class LedgerError(Exception):
+class LedgerError(CampaignError):
     """A ledger operation was refused or the ledger file is unusable."""
 
 
@@ -279,6 +280,8 @@ class Ledger:
     """
 
     def __init__(self, path: Path | str) -> None:
+        # Fixed. The ledger's state is in the file, changed only in transactions
+        # (BEGIN IMMEDIATE), so any number of handles and processes share it.
         self.path: Path = Path(path)
         if not self.path.is_file():
             raise LedgerMissing(

@@ -23,13 +23,15 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Literal
 
 import attrs
 
 from ._convert import CampaignFileError, load_json, structure, write_json_atomic
+from ._errors import CampaignError
 from ._freeze import JobCodeError, check_job_function, freeze, locate_job_source, tree_hash
 from ._job import JobResult
 from ._panel import now
@@ -39,12 +41,12 @@ from ._state import Controller, Manifest, Report, Row
 __all__ = [
     "DRAIN_FILE",
     "DRAIN_POLL_S",
-    "CampaignError",
     "CampaignLocked",
     "DrainRequest",
     "JobCode",
     "JobFiles",
     "OutputDir",
+    "Step",
     "current_controller",
     "is_locked",
     "locate_job",
@@ -65,9 +67,26 @@ JOBS_DIR = "jobs"
 # Code being frozen; only a controller holding the lock makes or removes these.
 _STAGING_PREFIX = ".code-"
 
+Step = Literal["staging made", "code frozen", "manifest written", "launching"]
+"""A moment after which a controller killed leaves a state of its own on disk.
 
-class CampaignError(Exception):
-    """A campaign cannot start or go on; the message says why and what to do."""
+On a first run: ``"staging made"`` (an empty staging directory for the code),
+``"code frozen"`` (the code copied there, no ``campaign.json`` yet),
+``"manifest written"`` (``campaign.json`` written, ``code/`` not yet in place).
+For each job: ``"launching"`` (its row is ``running`` with its reservation
+in ``report.json``, and nothing of its own exists yet).
+
+For maintainers: the hook given as ``run_campaign(_step=...)`` is called with
+each of them as it is reached, so that a test can kill the controller exactly
+there (its child scripts call ``os._exit``) and check that rerunning the same
+command goes on. It must change nothing; it returns None.
+"""
+
+StepHook = Callable[[Step], None]
+
+
+def no_step(step: Step) -> None:
+    """The default step hook: nothing happens at any step."""
 
 
 class CampaignLocked(CampaignError):
@@ -341,6 +360,7 @@ class OutputDir:
         controller: Controller,
         *,
         allow_upgrade: bool = False,
+        step: StepHook = no_step,
     ) -> Manifest:
         """Freeze the job code on a first run; on a rerun, check that nothing changed.
 
@@ -356,6 +376,7 @@ class OutputDir:
             controller: The sluicegate running now.
             allow_upgrade: Go on under a controller other than the recorded one
                 (it is recorded, and the old one kept in ``upgrades``).
+            step: Called at each :data:`Step` of a first run.
 
         Returns:
             The manifest, as now written.
@@ -373,7 +394,7 @@ class OutputDir:
                     f"{self.path} holds a {CODE_DIR}/ that no campaign made; "
                     "use a new output directory"
                 )
-            staging = self._freeze(code)
+            staging = self._freeze(code, step)
             manifest = Manifest(
                 plan=plan,
                 code_hash=code.hash,
@@ -384,6 +405,7 @@ class OutputDir:
                 controller=controller,
             )
             write_json_atomic(self.manifest_path, manifest)
+            step("manifest written")
             staging.rename(self.code_dir)
             return manifest
         manifest = load_json(self.manifest_path, Manifest, root="campaign")
@@ -425,11 +447,13 @@ class OutputDir:
                 "changed code"
             )
 
-    def _freeze(self, code: JobCode) -> Path:
+    def _freeze(self, code: JobCode, step: StepHook = no_step) -> Path:
         staging = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=self.path))
         try:
+            step("staging made")
             if freeze(code.source, staging) != code.hash:
                 raise CampaignError(f"job source {code.source} changed while it was being frozen")
+            step("code frozen")
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

@@ -37,12 +37,22 @@ class Panel:
     """
 
     def __init__(self, plan: Plan, prior: Iterable[str], rows: dict[str, Row]) -> None:
+        # Fixed.
         self.plan = plan
         self.prior = frozenset(prior)
+        # Written only by set().
+        # Invariant: one row per candidate of the plan, in plan order.
         self._rows = {c.key: rows[c.key] for c in plan.candidates}
-        # Bumped when a row stops running: what admission waits for.
-        self.completions = 0
+        # Written only by set(): how many times a row stopped running.
+        # Invariant: it never goes down (admission compares it with a value it saw).
+        self._completions = 0
+        # Set and replaced by set(); changed() waits on the current one.
         self._changed = trio.Event()
+
+    @property
+    def completions(self) -> int:
+        """How many times a row has stopped running: what refused candidates wait for."""
+        return self._completions
 
     def __getitem__(self, key: str) -> Row:
         return self._rows[key]
@@ -91,7 +101,7 @@ class Panel:
         old = self._rows[row.key]
         self._rows[row.key] = row
         if old.status == "running" and row.status != "running":
-            self.completions += 1
+            self._completions += 1
         self._changed.set()
         self._changed = trio.Event()
 

@@ -17,6 +17,7 @@ caller stops admission.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import logging
@@ -31,6 +32,7 @@ import trio
 from .._runner import Drain, report_failure, run_stream
 from .._trace import Timeline, recording
 from ._admission import Admission
+from ._errors import CampaignError
 from ._job import JobRequest, JobResult, OutcomeStatus
 from ._launch import (
     AdoptedChild,
@@ -46,12 +48,13 @@ from ._ledger import Ledger
 from ._outdir import (
     DRAIN_FILE,
     DRAIN_POLL_S,
-    CampaignError,
     JobFiles,
     OutputDir,
+    StepHook,
     current_controller,
     locate_job,
     locked,
+    no_step,
     posix_fcntl,
     prior_keys,
     read_report,
@@ -97,22 +100,38 @@ class _Campaign:
         *,
         observer: Observer | None,
         spawn: Spawn,
+        step: StepHook = no_step,
         drain: Drain,
         trace: bool = False,
     ) -> None:
+        # Fixed for the run: where it writes, what it runs, and how.
         self.outdir = outdir
-        self.trace = trace
-        self.timeline: Timeline | None = None
         self.plan = plan
-        self.panel = panel
-        self.accounts = accounts
+        self.trace = trace
         self.observer = observer
         self.spawn = spawn
+        self.step = step
+        self.accounts = accounts
+        # The rows. Only this object writes them: through record() and settle()
+        # (the admission calls record()), and recover() before the run starts.
+        self.panel = panel
+        # Requested by the drain file, a signal or the caller; never withdrawn.
         self.drain = drain
         self.admission = Admission(
             panel, drain, reserve=self._reserve, release=self._release, record=self.record
         )
+        # run_stream's timeline while run() runs it, else None; written only by
+        # run(), read by run_job() to mark a job that did not deliver.
+        self.timeline: Timeline | None = None
+        # Children adopted on resume that the runner has not pulled yet: recover()
+        # fills it, _take_adopted() alone empties it.
+        # Invariant: an adopted child is here until exactly one of run_job() (it
+        # was pulled, or the run ended first) and _close() (the run failed) has it.
+        self._adopted: collections.deque[_SourceItem] = collections.deque()
+        # Held while a report is made and written, so reports land in order.
         self._write_lock = trio.Lock()
+        # The last report written; written only by write().
+        # Invariant: it is what report.json holds (None before the first write).
         self.report: Report | None = None
 
     # -- the ledger and the report -----------------------------------------------------
@@ -149,8 +168,8 @@ class _Campaign:
 
     # -- resume --------------------------------------------------------------------------
 
-    async def recover(self) -> list[_SourceItem]:
-        """Take up what an earlier controller left; returns the children to adopt.
+    async def recover(self) -> None:
+        """Take up what an earlier controller left; the children to adopt go in ``_adopted``.
 
         A ``running`` row whose child still holds its lock is adopted. One
         whose job never began (no child was recorded, none holds the lock,
@@ -162,7 +181,6 @@ class _Campaign:
         way. Dispatch reservations of ``pending`` candidates (made just
         before a crash) are released.
         """
-        adopted = []
         for row in self.panel.rows():
             files = self.outdir.job(row.key)
             waiting = row.status == "running" or (row.status == "uncertain" and row.awaiting_result)
@@ -173,7 +191,7 @@ class _Campaign:
                 # uncertain one was left running by a controller that could
                 # not stop it; its reservations stay uncertain until it ends.)
                 child = AdoptedChild(row.pid, row.process_start, files.lock)
-                adopted.append(_SourceItem(self.plan.candidate(row.key), -1, child))
+                self._adopted.append(_SourceItem(self.plan.candidate(row.key), -1, child))
                 if row.status != "running":
                     self.panel.set(attrs.evolve(row, status="running", awaiting_result=False))
                 continue
@@ -188,7 +206,6 @@ class _Campaign:
                 await self.settle(row, result, missing=missing, exit_code=row.exit_code)
         pending = set(self.panel.keys("pending"))
         await trio.to_thread.run_sync(self.accounts.release_orphans, pending)
-        return adopted
 
     async def _never_started(self, row: Row, files: JobFiles) -> bool:
         """Whether ``row``'s job never began; if so, its reservation is released.
@@ -205,11 +222,15 @@ class _Campaign:
 
     # -- the source and the run -------------------------------------------------------------
 
-    async def dispatches(self, adopted: list[_SourceItem]) -> AsyncIterator[_SourceItem]:
+    def _take_adopted(self) -> _SourceItem | None:
+        """Take the next adopted child off ``_adopted``: the taker waits for it or stops it."""
+        return self._adopted.popleft() if self._adopted else None
+
+    async def dispatches(self) -> AsyncIterator[_SourceItem]:
         """The source: the adopted children (already counted as running), then admissions."""
         pulled = 0
-        while adopted:
-            yield attrs.evolve(adopted.pop(0), index=pulled)
+        while (adopted := self._take_adopted()) is not None:
+            yield attrs.evolve(adopted, index=pulled)
             pulled += 1
         async with contextlib.aclosing(self.admission.candidates()) as candidates:
             async for candidate in candidates:
@@ -237,6 +258,7 @@ class _Campaign:
                     result=str(files.result.resolve()),
                     started=str(files.started.resolve()),
                 )
+                self.step("launching")
                 try:
                     child = await launch(files, request, self.spawn)
                 except OSError as exc:
@@ -298,7 +320,7 @@ class _Campaign:
         result, problem = self.outdir.job(key).read_result(key)
         await self.settle(row, result, missing=problem or missing, exit_code=exit_code)
 
-    async def run(self, adopted: list[_SourceItem], drain_poll_interval: float) -> StopReason:
+    async def run(self, drain_poll_interval: float) -> StopReason:
         """Run the campaign until its source ends; returns why it stopped."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_drain_file, drain_poll_interval)
@@ -312,7 +334,7 @@ class _Campaign:
                 try:
                     # The one dispatcher of the package; the window is max_parallel.
                     await run_stream(
-                        self.dispatches(adopted),
+                        self.dispatches(),
                         self.run_job,
                         window=self.plan.max_parallel,
                         drain=self.drain,
@@ -323,8 +345,7 @@ class _Campaign:
                     # pulled every adopted child, and no run starts after
                     # that: stop those children as run_job would have.
                     with trio.CancelScope(shield=True):
-                        while adopted:
-                            dispatch = adopted.pop(0)
+                        while (dispatch := self._take_adopted()) is not None:
                             await self._close(
                                 dispatch.candidate.key,
                                 dispatch.adopted,
@@ -337,9 +358,8 @@ class _Campaign:
                     self.timeline = None
             # Children adopted but never pulled (a drain came first) still
             # run and are counted: wait for them.
-            for dispatch in adopted:
+            while (dispatch := self._take_adopted()) is not None:
                 nursery.start_soon(self.run_job, dispatch)
-            adopted.clear()
             await self._until_none_running()
             nursery.cancel_scope.cancel()
         return self._final_reason()
@@ -397,6 +417,7 @@ async def run_campaign(
     allow_upgrade: bool = False,
     trace: bool = False,
     _spawn: Spawn = spawn_process,
+    _step: StepHook = no_step,
 ) -> Report:
     """Run (or continue) the campaign of ``plan_path`` in ``outdir``.
 
@@ -425,6 +446,10 @@ async def run_campaign(
             that is not verified shows as an error with its status.
         _spawn: How a child is started; tests replace it to exercise admission
             without processes.
+        _step: Called at each moment after which a controller killed leaves a
+            state of its own on disk (``"staging made"``, ``"code frozen"``,
+            ``"manifest written"``, ``"launching"``); tests kill the
+            controller there to check that a rerun goes on.
 
     Returns:
         The final report, also in ``OUTDIR/report.json``.
@@ -457,7 +482,9 @@ async def run_campaign(
     posix_fcntl()
     out.path.mkdir(parents=True, exist_ok=True)
     with locked(out.path):
-        manifest = out.bind(plan, code, ledger.path, controller, allow_upgrade=allow_upgrade)
+        manifest = out.bind(
+            plan, code, ledger.path, controller, allow_upgrade=allow_upgrade, step=_step
+        )
         # Only once nothing can refuse the start: a refusal says it all.
         _warn_unreachable(plan, prior)
         panel = Panel(plan, prior, out.load_rows(plan, prior))
@@ -469,15 +496,16 @@ async def run_campaign(
             accounts,
             observer=observer,
             spawn=_spawn,
+            step=_step,
             drain=drain if drain is not None else Drain(),
             trace=trace,
         )
         await trio.to_thread.run_sync(accounts.open_scopes)
-        adopted = await campaign.recover()
+        await campaign.recover()
         if out.drain_requested():
             campaign.drain.request(f"{DRAIN_FILE} found")
         await campaign.write()
-        stop_reason = await campaign.run(adopted, drain_poll_interval)
+        stop_reason = await campaign.run(drain_poll_interval)
         await campaign.write(stop_reason)
         assert campaign.report is not None
         return campaign.report

@@ -44,6 +44,7 @@ class Accounts:
     """
 
     def __init__(self, ledger: Ledger, scope: tuple[str, ...], plan: Plan) -> None:
+        # Fixed; the state is the ledger's.
         self.ledger = ledger
         self.scope = scope
         self.plan = plan

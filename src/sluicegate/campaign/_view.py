@@ -104,7 +104,7 @@ class LiveView:
     def __init__(self, console: Console | None = None) -> None:
         from rich.live import Live
 
-        # Redrawn on each report, so no refresh thread is needed.
+        # Fixed. Redrawn on each report, so no refresh thread is needed.
         self._live = Live(console=console, auto_refresh=False)
 
     def __enter__(self) -> LiveView:
@@ -138,9 +138,14 @@ class PlainView:
     """
 
     def __init__(self, file: TextIO | None = None, *, start: Report | None = None) -> None:
+        # Fixed.
         self._file = file
         self._start = start
+        # key -> the status last shown, None before the first report; written
+        # only by __call__.
         self._seen: dict[str, str] | None = None
+        # Whether the draining line was shown; written only by __call__.
+        # Invariant: the line is shown once, and stays shown.
         self._draining = False
 
     def __call__(self, report: Report) -> None:

@@ -24,6 +24,7 @@ from distributed import Client, Future
 from distributed.protocol.pickle import dumps as _untyped_dumps
 
 from ._bridge import Done
+from ._errors import DaskError
 
 __all__ = ["DaskEngine", "RemoteCancelled", "RemoteCall"]
 
@@ -40,7 +41,7 @@ _dumps: Callable[[object], bytes] = _untyped_dumps
 _CANCELLED = (concurrent.futures.CancelledError, asyncio.CancelledError)
 
 
-class CarriedBaseException(Exception):
+class CarriedBaseException(DaskError):
     """A ``BaseException`` that is not an ``Exception``, carried from a worker to the caller.
 
     Private to the bridge: the worker raises it in place of what ``fn``
@@ -97,7 +98,7 @@ class CarriedBaseException(Exception):
             return Exception(self.text)
 
 
-class RemoteCancelled(Exception):
+class RemoteCancelled(DaskError):
     """A run's work was cancelled on the cluster by something other than sluicegate.
 
     Someone called ``client.cancel``, the client closed, or the cluster

@@ -11,11 +11,20 @@ and per-task reductions, ``_verdict`` judges the run, ``_display`` shows
 progress, ``_dask`` runs the attempts on a Dask cluster when asked,
 ``_compare`` compares two runs, and ``_cli`` is the thin command line. See
 ``docs/eval.md``.
+
+Every error the package raises on purpose is an :class:`EvalError`:
+
+```text
+EvalError            never raised itself
+├── UsageError       a mistake in the command or environment, before any rollout (also ValueError)
+└── DuplicateTaskId  two tasks with one id, or one rollout added twice (also ValueError)
+```
 """
 
 from .. import _util
 from ._compare import Comparison, ScoreComparison, TaskChange, compare_runs
 from ._current import current_rollout
+from ._errors import EvalError
 from ._run import evaluate
 from ._score import Score
 from ._stats import ScoreStats
@@ -25,6 +34,7 @@ from ._verdict import EvalReport
 __all__ = [
     "Comparison",
     "Environment",
+    "EvalError",
     "EvalReport",
     "Score",
     "ScoreComparison",

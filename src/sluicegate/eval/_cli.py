@@ -10,17 +10,20 @@ import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from .._terminal import messages
-from ._config import EVERY_SCORE, EvalConfig, UsageError, parse_concurrency
+from ._config import EVERY_SCORE, UsageError, parse_concurrency
 from ._display import DISPLAYS
 from ._format import read_run_record
 from ._run import evaluate
 
-__all__ = ["arguments", "handle", "register", "register_compare"]
+if TYPE_CHECKING:
+    from ._compare import Comparison
+
+__all__ = ["arguments", "handle", "register", "register_compare", "register_runs"]
 
 _DESCRIPTION = """\
 Run the next N tasks of an environment (a static set, a live feed or an
@@ -35,21 +38,13 @@ error, 130 interrupted.
 """
 
 
-def _recorded(config: EvalConfig, key: str) -> Any:
-    """The flag ``key`` as run.json recorded it, in the form the command takes."""
-    if key == "concurrency" and config.adaptive:
-        return f"auto:{config.concurrency}"
-    return getattr(config, key)
-
-
 def _concurrency(text: str) -> int | str:
     try:
-        bound, adaptive = parse_concurrency(text if text.strip().startswith("auto") else int(text))
+        return parse_concurrency(text if text.strip().lower().startswith("auto") else int(text))
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected an integer >= 1, 'auto' or 'auto:MAX', got {text!r}"
         ) from None
-    return text.strip() if adaptive else bound
 
 
 def _count(minimum: int) -> Any:
@@ -209,6 +204,7 @@ def register(commands: Any) -> None:
     )
     parser.set_defaults(handler=handle)
     register_compare(commands)
+    register_runs(commands)
 
 
 def _min_score(texts: list[str]) -> dict[str, float]:
@@ -226,10 +222,17 @@ def _min_score(texts: list[str]) -> dict[str, float]:
 
 def _task_args(texts: list[str]) -> dict[str, Any]:
     found: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for text in texts:
         key, sep, value = text.partition("=")
         if not sep or not key:
             raise UsageError(f"-T takes KEY=VALUE, not {text!r}")
+        if key in given:
+            # The last would win silently: one of them is a slip.
+            raise UsageError(
+                f"-T {key} is given twice (-T {given[key]} and -T {text}): give it once"
+            )
+        given[key] = text
         try:
             found[key] = json.loads(value)
         except ValueError:
@@ -297,8 +300,7 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         settings = {key: value for key, value in given.items() if value is not None}
     else:
         settings = {
-            key: _recorded(recorded, key) if value is None else value
-            for key, value in given.items()
+            key: getattr(recorded, key) if value is None else value for key, value in given.items()
         }
         if recorded.trace:
             this_session["trace"] = True
@@ -357,14 +359,16 @@ def handle(args: argparse.Namespace) -> int:
 
 
 _COMPARE = """\
-Compare run B with run A (the baseline) over the tasks both ran: for each
-score (and each reduced score both wrote to tasks.jsonl), both means with
-their 95% intervals and the paired difference B - A with its own; then the
-tasks whose value changed, worst regressions first. Tasks in only one run
-are counted apart.
+Compare run B with run A (the baseline) over the tasks both ran: the
+settings that differ between them; for each score (and each reduced score
+both wrote to tasks.jsonl), both means with their 95% intervals, the paired
+difference B - A with its own, and the verdict it gives; then each task whose
+value changed, worst first. Tasks in only one run are counted apart.
 
-exit status: 0, or 1 with --fail-on-regression X when some score's whole 95%
-interval of B - A lies below -X; 2 when a directory holds no run.
+exit status: 0; with --fail-on-regression X, 1 when some score's whole 95%
+interval of B - A lies below -X, when some shared task errored on every
+rollout in B but not in A, or when no score could be judged (fewer than two
+shared tasks); 2 when a directory holds no run, or both name the same run.
 """
 
 
@@ -381,9 +385,9 @@ def register_compare(commands: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     parser.add_argument(
         "--fail-on-regression",
-        type=float,
+        type=_margin_text,
         metavar="X",
-        help="exit 1 when a score got worse by more than X at 95%% confidence",
+        help="exit 1 when a score got worse by more than X (>= 0) at 95%% confidence",
     )
     parser.add_argument(
         "--changed",
@@ -395,30 +399,111 @@ def register_compare(commands: Any) -> None:
     parser.set_defaults(handler=handle_compare)
 
 
+def _margin_text(text: str) -> float | str:
+    # Checked with the comparison's own words (see handle_compare), not argparse's.
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _gate(comparison: Comparison, margin: float) -> list[str]:
+    """Why ``--fail-on-regression margin`` does not pass, one sentence each."""
+    found = []
+    for score in comparison.regressions(margin):
+        assert score.difference is not None and score.difference.ci95 is not None
+        high = score.difference.ci95[1]
+        found.append(
+            f"regression: {score.name} B - A is below -{margin:g} at 95% confidence "
+            f"(interval ends at {high:+.4g})"
+        )
+    if comparison.errored_b:
+        found.append(
+            f"regression: {len(comparison.errored_b)} shared task(s) errored on every rollout "
+            f"in B but not in A: {', '.join(comparison.errored_b[:5])}"
+        )
+    if not comparison.judged:
+        # As eval refuses to pass having evaluated nothing.
+        paired = max((s.difference.n for s in comparison.scores if s.difference), default=0)
+        found.append(
+            f"nothing compared: {paired} shared task(s) have a score in both runs, and a "
+            f"paired interval needs 2 or more"
+        )
+    return found
+
+
 def handle_compare(args: argparse.Namespace) -> int:
     """Run ``sluicegate compare`` for parsed ``args``; returns the exit status."""
-    from ._compare import compare_runs
+    from ._compare import check_margin, compare_runs
     from ._display import comparison_text
 
     try:
+        margin = None if args.fail_on_regression is None else check_margin(args.fail_on_regression)
         comparison = compare_runs(args.run_a, args.run_b)
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         print(f"sluicegate compare: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(comparison.to_json(), indent=2, ensure_ascii=False, allow_nan=False))
     else:
         print(comparison_text(comparison, changed=args.changed), end="")
-    if args.fail_on_regression is not None:
-        regressions = comparison.regressions(args.fail_on_regression)
-        for score in regressions:
-            assert score.difference is not None and score.difference.ci95 is not None
-            high = score.difference.ci95[1]
-            print(
-                f"sluicegate compare: regression: {score.name} B - A is below "
-                f"-{args.fail_on_regression:g} at 95% confidence (interval ends at {high:+.4g})",
-                file=sys.stderr,
-            )
-        if regressions:
-            return 1
+    if margin is None:
+        return 0
+    reasons = _gate(comparison, margin)
+    for reason in reasons:
+        print(f"sluicegate compare: {reason}", file=sys.stderr)
+    return 1 if reasons else 0
+
+
+_RUNS = """\
+List the evaluation runs under DIR (default runs/, where sluicegate eval
+writes them), newest first, one line each: the run, its status (passed,
+failed, interrupted, killed, or running), tasks x rollouts, its scores with
+their 95% intervals, how long its sessions ran, and the command that resumes
+it when it can be resumed. DIR may also be one run's directory.
+"""
+
+
+def register_runs(commands: Any) -> None:
+    """Add the ``runs`` subcommand to the top-level parser's subcommands."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "runs",
+        help="list the evaluation runs under runs/ (or DIR), newest first",
+        description=_RUNS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("directory", metavar="DIR", nargs="?", default="runs", help="default: runs")
+    parser.add_argument("--json", action="store_true", help="print the runs as JSON")
+    parser.set_defaults(handler=handle_runs)
+
+
+def handle_runs(args: argparse.Namespace) -> int:
+    """Run ``sluicegate runs`` for parsed ``args``; returns the exit status."""
+    from ._runs import find_runs, line_text, runs_json
+
+    root = Path(args.directory)
+    if not root.is_dir():
+        print(
+            f"sluicegate runs: error: {root} is not a directory (sluicegate eval writes its "
+            f"runs under runs/ unless -o says otherwise: give that DIR)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        lines = find_runs(root)
+    except OSError as exc:
+        print(f"sluicegate runs: error: cannot list {root}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(runs_json(lines), indent=2, ensure_ascii=False, allow_nan=False))
+        return 0
+    if not lines:
+        print(f"no evaluation runs in {root}")
+        return 0
+    rows = [["run", "status", "size", "scores: mean [95% CI]", "ran for"]]
+    rows.extend(line_text(line) for line in lines)
+    width = [max(len(row[column]) for row in rows) for column in range(5)]
+    for row in rows:
+        cells = [cell.ljust(size) for cell, size in zip(row[:5], width, strict=True)]
+        print("  ".join([*cells, *row[5:]]).rstrip())
     return 0

@@ -1,9 +1,9 @@
-"""What one evaluation was asked to do, checked once, and the rules for comparing runs.
+"""What one evaluation was asked to do, checked as it is built, and the rules for comparing runs.
 
-:func:`configure` turns the arguments of
-:func:`~sluicegate.eval.evaluate` into an :class:`EvalConfig`, refusing bad
-values before anything happens. The config is written to ``run.json`` and
-read back by a resume; :func:`differences` says whether a resume describes
+:class:`EvalConfig` holds the settings of :func:`~sluicegate.eval.evaluate`
+that ``run.json`` records; each field checks itself (attrs converters and
+validators), so building one refuses a bad value before anything happens.
+A resume reads it back; :func:`differences` says whether a resume describes
 the same run. :class:`ErrorBudget` is the parsed ``--fail-on-error``.
 """
 
@@ -15,14 +15,17 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
-from .._checks import check_count, check_seconds
+from .._adaptive import AdaptiveWindow
+from .._checks import check_count, check_flag, check_seconds
 from .._retry import Retry
+from .._runner import WindowLike
+from ._errors import EvalError
 from ._reduce import check_reducer
 
 __all__ = [
@@ -31,12 +34,17 @@ __all__ = [
     "ErrorBudget",
     "EvalConfig",
     "UsageError",
-    "configure",
     "differences",
     "exception_name",
     "exception_types",
+    "parse_concurrency",
+    "recorded_concurrency",
+    "recorded_form",
     "task_arguments",
+    "window_object",
 ]
+
+_T = TypeVar("_T")
 
 # The --min-score key that stands for every score.
 EVERY_SCORE = "*"
@@ -47,13 +55,262 @@ EVERY_SCORE = "*"
 TARGET_MODULE = "_sluicegate_eval_target_"
 
 
-class UsageError(ValueError):
+class UsageError(EvalError, ValueError):
     """A mistake in the command or the environment, found before any rollout (exit 2)."""
 
 
-@attrs.frozen
+# Each setting is checked by its field of EvalConfig (a converter that takes the
+# forms evaluate() accepts, or a validator), so building the config is the check.
+# The words are the package's (see sluicegate._checks): "<flag> must be <what it
+# takes>, not <value>"; a wrong type is a TypeError, a wrong value a UsageError
+# (a ValueError, which the command line reports with exit status 2).
+
+
+def _usage(check: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """``check(*args, **kwargs)``, its ValueError made a :class:`UsageError` (exit status 2)."""
+    try:
+        return check(*args, **kwargs)
+    except UsageError:
+        raise
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _num_tasks(value: object) -> int | None:
+    # None (the whole set) is the default, not a count anyone types.
+    return None if value is None else _usage(check_count, value, "-n/--num-tasks", minimum=1)
+
+
+def _rollouts(value: object) -> int:
+    return _usage(check_count, value, "-r/--rollouts", minimum=1)
+
+
+def _retries(value: object) -> int:
+    return _usage(check_count, value, "--retries", minimum=0)
+
+
+def _timeout(value: object) -> float | None:
+    return None if value is None else _usage(check_seconds, value, "--timeout", zero=False)
+
+
+def _finite(value: object, flag: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{flag} must be a finite number, not {value!r}")
+    if not math.isfinite(value):
+        raise UsageError(f"{flag} must be a finite number, not {value!r}")
+    return float(value)
+
+
+def _pass_threshold(value: object) -> float:
+    return _finite(value, "--pass-threshold")
+
+
+def _min_score(value: object) -> dict[str, float]:
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return {str(key): _finite(floor, f"--min-score {key}") for key, floor in value.items()}
+    return {EVERY_SCORE: _finite(value, "--min-score")}
+
+
+def _shuffle(value: object) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"--shuffle must be an int seed or None, not {value!r}")
+    return value
+
+
+def _text_or_none(value: object, flag: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{flag} must be text (a str) or None, not {value!r}")
+    return value
+
+
+def _target(value: object) -> str | None:
+    return _text_or_none(value, "TARGET")
+
+
+def _system_prompt(value: object) -> str | None:
+    return _text_or_none(value, "--system-prompt (system_prompt)")
+
+
+def _window_class(value: object) -> str | None:
+    return _text_or_none(value, "window_object")
+
+
+def _trace(value: object) -> bool:
+    return check_flag(value, "trace")
+
+
+def _ids(value: object) -> tuple[str, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"ids (--id) must be a collection of task ids, not {value!r}")
+    return tuple(str(task_id) for task_id in value)
+
+
+def _budget(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, Fraction)):
+        raise TypeError(f"--fail-on-error {ErrorBudget.TAKES}, not {value!r}")
+    text = str(value).strip()
+    ErrorBudget.parse(text)
+    return text
+
+
+def _reducers(value: object) -> tuple[str, ...]:
+    names: object = (value,) if isinstance(value, str) else value
+    if not isinstance(names, Iterable):
+        raise TypeError(f"--reduce must be reducer names, not {value!r}")
+    found: list[str] = []
+    for name in names:
+        reducer = _usage(check_reducer, name)
+        if reducer not in found:
+            found.append(reducer)
+    return tuple(found)
+
+
+def _retry_on(value: object) -> tuple[str | type[Exception], ...]:
+    """What ``--retry-on`` was given: names, or (from Python) exception classes, as they are.
+
+    A class is kept, not its name: one defined inside a function cannot be
+    imported again. Names are resolved by :meth:`EvalConfig.retry`, once the
+    environment is loaded (``module:Name`` may name its own file).
+    """
+    kinds: object = (value,) if isinstance(value, (str, type)) else value
+    if not isinstance(kinds, Iterable):
+        raise TypeError(f"--retry-on must be exception classes or their names, not {value!r}")
+    found: list[str | type[Exception]] = []
+    for kind in kinds:
+        if isinstance(kind, str):
+            found.append(kind)
+        elif isinstance(kind, type) and issubclass(kind, BaseException):
+            found.append(_retried(exception_name(kind), kind))
+        else:
+            raise TypeError(f"--retry-on must be exception classes or their names, not {kind!r}")
+    return tuple(found)
+
+
+def _output(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"output must be a path as text, not {value!r}")
+    return value
+
+
+# The largest window -c auto may grow to (AdaptiveWindow's own default).
+AUTO_MAX = 256
+
+# What -c and concurrency= take, as the refusals say it.
+_TAKES = "an int >= 1, 'auto', 'auto:MAX' or a sluicegate.Window"
+
+
+def parse_concurrency(value: object) -> int | str:
+    """``-c``'s value as ``run.json`` records it: an int >= 1, ``"auto"`` or ``"auto:MAX"``.
+
+    Text is read without regard to case or surrounding spaces, and
+    ``"auto:MAX"`` is written with MAX as a plain int (``" Auto:064"`` is
+    ``"auto:64"``).
+
+    Raises:
+        TypeError: neither an int nor text.
+        UsageError: for any other value.
+    """
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "auto":
+            return text
+        most = text[5:].strip()
+        if text.startswith("auto:") and most.isdecimal() and int(most) >= 1:
+            return f"auto:{int(most)}"
+        raise UsageError(f"-c/--concurrency must be {_TAKES}, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"-c/--concurrency must be {_TAKES}, not {value!r}")
+    if value < 1:
+        raise UsageError(f"-c/--concurrency must be {_TAKES}, not {value!r}")
+    return value
+
+
+def recorded_form(config: Mapping[str, Any]) -> object:
+    """The ``concurrency`` a ``run.json`` config holds, as this version writes it (unchecked).
+
+    Files written before ``concurrency`` said ``"auto"`` itself recorded
+    ``-c auto:MAX`` as MAX with ``"adaptive": true``: that reads as
+    ``"auto:MAX"``.
+    """
+    concurrency = config.get("concurrency")
+    if config.get("adaptive") is True and type(concurrency) is int:
+        return f"auto:{concurrency}"
+    return concurrency
+
+
+def window_object(value: object) -> WindowLike | None:
+    """``value`` if it is a window object (a :class:`~sluicegate.Window`, or any
+    object the runner takes as ``window=``), else None.
+
+    A class has a window's methods too, unbound: ``Window`` for ``Window(8)``
+    is a slip, not a window.
+    """
+    if isinstance(value, type) or not isinstance(value, WindowLike):
+        return None
+    return value
+
+
+def recorded_concurrency(value: object) -> int | str:
+    """What ``run.json`` records for ``concurrency=value``: the form ``-c`` would take.
+
+    An :class:`~sluicegate.AdaptiveWindow` is ``"auto:MAX"`` with its
+    ``max``; another window object is its size now (as the session starts);
+    anything else is read by :func:`parse_concurrency`.
+
+    Raises:
+        TypeError: neither an int, text nor a window object.
+        UsageError: for any other value.
+    """
+    if isinstance(value, AdaptiveWindow):
+        return f"auto:{value.max}"
+    window = window_object(value)
+    if window is not None:
+        return parse_concurrency(window.size)
+    return parse_concurrency(value)
+
+
+def task_arguments(args: object) -> dict[str, Any]:
+    """Check ``-T`` arguments: identifiers for names, JSON values (a copy is returned).
+
+    Raises:
+        TypeError: ``args`` is not a mapping, or a value has no JSON form.
+        UsageError: a name that is not an identifier, or a value JSON
+            cannot hold (a NaN).
+    """
+    if args is None:
+        return {}
+    if not isinstance(args, Mapping):
+        raise TypeError(f"task_args (-T) must be a mapping of names to values, not {args!r}")
+    checked: dict[str, Any] = {}
+    for key, value in args.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise UsageError(f"-T names must be Python identifiers, not {key!r}")
+        try:
+            # run.json records them, and a resume passes them again.
+            checked[key] = json.loads(json.dumps(value, allow_nan=False))
+        except TypeError:
+            raise TypeError(
+                f"-T {key} must be a JSON value (text, a number, a list, a mapping...), "
+                f"not {value!r}"
+            ) from None
+        except ValueError:
+            raise UsageError(
+                f"-T {key} must be a JSON value (a finite number), not {value!r}"
+            ) from None
+    return checked
+
+
+@attrs.frozen(kw_only=True)
 class EvalConfig:
-    """The resolved settings of one evaluation, as ``run.json`` records them.
+    """The settings of one evaluation, as ``run.json`` records them; building one checks them.
+
+    Each field takes the forms :func:`~sluicegate.eval.evaluate` accepts
+    and refuses anything else as it is built (a wrong type is a
+    :class:`TypeError`, a wrong value a :class:`UsageError`), so a config
+    that exists is a valid one. Reading ``run.json`` back builds one the
+    same way.
 
     Attributes:
         target: ``path/to/file.py:NAME`` (the path made absolute) or
@@ -61,22 +318,25 @@ class EvalConfig:
             to :func:`~sluicegate.eval.evaluate` directly.
         num_tasks: ``-n``: how many tasks at most; None for the whole set.
         rollouts: ``-r``: rollouts per task.
-        concurrency: ``-c``: rollouts in flight at most (with ``adaptive``,
-            the most the adaptive window may reach).
-        adaptive: ``-c auto`` or ``-c auto:MAX``: an
-            :class:`~sluicegate.AdaptiveWindow` finds the concurrency.
+        concurrency: ``-c``: rollouts in flight at most (an int), or
+            ``"auto"`` / ``"auto:MAX"``: an :class:`~sluicegate.AdaptiveWindow`
+            finds it, up to 256 (or MAX). For a window object given as
+            ``concurrency=``, what ``-c`` would say of it (see
+            :func:`recorded_concurrency`).
+        window_object: The class name of the window object given as
+            ``concurrency=`` (``"Window"``, ``"AdaptiveWindow"``), or None:
+            a resume cannot have the object back, and runs under
+            ``concurrency`` as recorded.
         shuffle: ``--shuffle`` seed, or None.
         system_prompt: The system prompt's text, applied to every task.
         ids: ``--id``: run only tasks with these ids (empty: all).
         retries: ``--retries``: extra attempts for a failing rollout.
-        retry_on: ``--retry-on``: the exceptions worth a retry, by name
-            (builtin names or ``module:Name``); empty for every ``Exception``.
-        retry_types: The classes ``retry_on`` names, as they were given to
-            :func:`~sluicegate.eval.evaluate` (a class defined in a function
-            has a name that cannot be imported again); not written to
-            ``run.json``, and empty in a config read from it.
+        retry_on: ``--retry-on``: the exceptions worth a retry, as given:
+            names (builtin names or ``module:Name``) or, from Python,
+            classes; empty for every ``Exception``. ``run.json`` records
+            each class by its name (see :func:`exception_name`).
         timeout: ``--timeout``: seconds each attempt may take, or None.
-        fail_on_error: ``--fail-on-error`` as given (see :class:`ErrorBudget`).
+        fail_on_error: ``--fail-on-error`` as text (see :class:`ErrorBudget`).
         min_score: ``--min-score``: the lowest mean allowed per score name
             (``"*"``: every score).
         output: The output directory.
@@ -89,135 +349,52 @@ class EvalConfig:
             output directory (``sluicegate eval --resume`` keeps recording).
     """
 
-    target: str | None = None
-    num_tasks: int | None = None
-    rollouts: int = 1
-    concurrency: int = 32
-    adaptive: bool = False
-    shuffle: int | None = None
-    system_prompt: str | None = None
-    ids: tuple[str, ...] = ()
-    retries: int = 0
-    retry_on: tuple[str, ...] = ()
-    timeout: float | None = None
-    fail_on_error: str = "0"
-    min_score: dict[str, float] = attrs.field(factory=dict)
-    output: str = ""
-    task_args: dict[str, Any] = attrs.field(factory=dict)
-    reduce: tuple[str, ...] = ()
-    pass_threshold: float = 1.0
-    trace: bool = False
-    retry_types: tuple[type[Exception], ...] = attrs.field(default=(), eq=False, repr=False)
+    target: str | None = attrs.field(default=None, converter=_target)
+    num_tasks: int | None = attrs.field(default=None, converter=_num_tasks)
+    rollouts: int = attrs.field(default=1, converter=_rollouts)
+    concurrency: int | str = attrs.field(default=32, converter=parse_concurrency)
+    window_object: str | None = attrs.field(default=None, converter=_window_class)
+    shuffle: int | None = attrs.field(default=None, converter=_shuffle)
+    system_prompt: str | None = attrs.field(default=None, converter=_system_prompt)
+    ids: tuple[str, ...] = attrs.field(default=(), converter=_ids)
+    retries: int = attrs.field(default=0, converter=_retries)
+    retry_on: tuple[str | type[Exception], ...] = attrs.field(default=(), converter=_retry_on)
+    timeout: float | None = attrs.field(default=None, converter=_timeout)
+    fail_on_error: str = attrs.field(default="0", converter=_budget)
+    min_score: dict[str, float] = attrs.field(factory=dict, converter=_min_score)
+    output: str = attrs.field(default="", converter=_output)
+    task_args: dict[str, Any] = attrs.field(factory=dict, converter=task_arguments)
+    reduce: tuple[str, ...] = attrs.field(default=(), converter=_reducers)
+    pass_threshold: float = attrs.field(default=1.0, converter=_pass_threshold)
+    trace: bool = attrs.field(default=False, converter=_trace)
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether an :class:`~sluicegate.AdaptiveWindow` finds the concurrency (``-c auto``)."""
+        return isinstance(self.concurrency, str)
+
+    @property
+    def bound(self) -> int:
+        """The most rollouts in flight: ``-c N``'s N, or the adaptive window's MAX."""
+        if isinstance(self.concurrency, int):
+            return self.concurrency
+        _, _, most = self.concurrency.partition(":")
+        return int(most) if most else AUTO_MAX
 
     def retry(self) -> Retry | None:
-        """The retry policy: full-jitter exponential backoff, 0.1 s doubling to 5 s at most."""
+        """The retry policy: full-jitter exponential backoff, 0.1 s doubling to 5 s at most.
+
+        Raises:
+            UsageError: a ``retry_on`` name that imports no exception class.
+        """
+        on = tuple(
+            found
+            for kind in self.retry_on
+            for found in (exception_types([kind]) if isinstance(kind, str) else (kind,))
+        )
         if not self.retries:
             return None
-        on = self.retry_types or exception_types(self.retry_on)
         return Retry(attempts=self.retries + 1, on=on or (Exception,))
-
-
-def _count(name: str, value: object, minimum: int) -> int:
-    # A wrong type is a TypeError, as from run_stream() and serve(); a wrong
-    # value a UsageError (a ValueError), which the command line reports.
-    try:
-        return check_count(value, name, minimum=minimum)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-# The largest window -c auto may grow to (AdaptiveWindow's own default).
-AUTO_MAX = 256
-
-
-def parse_concurrency(value: object) -> tuple[int, bool]:
-    """``-c``'s value as ``(bound, adaptive)``: an int >= 1, ``"auto"`` or ``"auto:MAX"``.
-
-    Raises:
-        UsageError: for anything else, naming the forms it takes.
-    """
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text == "auto":
-            return AUTO_MAX, True
-        if text.startswith("auto:"):
-            try:
-                bound = int(text[5:])
-            except ValueError:
-                bound = 0
-            if bound >= 1:
-                return bound, True
-        raise UsageError(
-            f"-c/--concurrency takes an integer >= 1, 'auto' or 'auto:MAX', not {value!r}"
-        )
-    return _count("-c/--concurrency", value, 1), False
-
-
-def _seconds(name: str, value: object) -> float:
-    try:
-        return check_seconds(value, name, zero=False)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _score_floor(name: str, value: object, flag: str = "--min-score") -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        where = flag if name == flag else f"{flag} {name}"
-        raise UsageError(f"{where}: the threshold must be a finite number, not {value!r}")
-    return float(value)
-
-
-def _min_score(value: float | Mapping[str, float] | None) -> dict[str, float]:
-    if value is None:
-        return {}
-    if isinstance(value, Mapping):
-        return {str(key): _score_floor(str(key), floor) for key, floor in value.items()}
-    return {EVERY_SCORE: _score_floor(EVERY_SCORE, value)}
-
-
-def task_arguments(args: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Check ``-T`` arguments: identifiers for names, JSON values (a copy is returned).
-
-    Raises:
-        UsageError: naming the argument.
-    """
-    if args is None:
-        return {}
-    if not isinstance(args, Mapping):
-        raise UsageError(f"task_args (-T) must be a mapping of names to values, not {args!r}")
-    checked: dict[str, Any] = {}
-    for key, value in args.items():
-        if not isinstance(key, str) or not key.isidentifier():
-            raise UsageError(f"-T {key!r}: an argument name must be a Python identifier")
-        try:
-            # run.json records them, and a resume passes them again.
-            checked[key] = json.loads(json.dumps(value, allow_nan=False))
-        except (TypeError, ValueError):
-            raise UsageError(
-                f"-T {key}: the value must be JSON (text, a number, a list, a mapping...), "
-                f"not {type(value).__name__}"
-            ) from None
-    return checked
-
-
-def _reducers(names: Iterable[str]) -> tuple[str, ...]:
-    if isinstance(names, str):
-        names = (names,)
-    found: list[str] = []
-    for name in names:
-        try:
-            reducer = check_reducer(name)
-        except (TypeError, ValueError) as exc:
-            raise UsageError(str(exc)) from None
-        if reducer not in found:
-            found.append(reducer)
-    return tuple(found)
-
-
-def _ids(ids: Iterable[str | int]) -> tuple[str, ...]:
-    if isinstance(ids, (str, bytes)):
-        raise UsageError(f"ids must be a collection of task ids, not the string {ids!r}")
-    return tuple(str(task_id) for task_id in ids)
 
 
 def exception_name(kind: type[BaseException]) -> str:
@@ -261,102 +438,21 @@ def exception_types(names: Iterable[str]) -> tuple[type[Exception], ...]:
                 kind = getattr(kind, part)
         except (ImportError, AttributeError, ValueError) as exc:
             raise UsageError(
-                f"--retry-on {name!r}: no such exception ({type(exc).__name__}: {exc}); "
-                f"give a builtin name such as TimeoutError, or module:Name"
+                f"--retry-on must name an exception (a builtin name such as TimeoutError, "
+                f"or module:Name), not {name!r} ({type(exc).__name__}: {exc})"
             ) from None
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            raise UsageError(
+                f"--retry-on must name an exception class, not {name!r} (a {type(kind).__name__})"
+            )
         found.append(_retried(name, kind))
     return tuple(found)
 
 
-def _retried(name: str, kind: object) -> type[Exception]:
-    if not (isinstance(kind, type) and issubclass(kind, BaseException)):
-        raise UsageError(f"--retry-on {name!r} is not an exception class")
+def _retried(name: str, kind: type[BaseException]) -> type[Exception]:
     if not issubclass(kind, Exception):
-        raise UsageError(f"--retry-on {name!r}: only Exception subclasses are retried")
+        raise UsageError(f"--retry-on must name an Exception subclass, not {name!r}")
     return kind
-
-
-def _retry_on(
-    kinds: Iterable[type[BaseException] | str],
-) -> tuple[tuple[str, ...], tuple[type[Exception], ...]]:
-    """The names ``run.json`` records for ``kinds``, and the classes they stand for.
-
-    A class is kept as it was given; only its name is written down.
-    """
-    if isinstance(kinds, str):
-        kinds = (kinds,)
-    names: list[str] = []
-    types: list[type[Exception]] = []
-    for kind in kinds:
-        if isinstance(kind, str):
-            # Every name must resolve now, not at the first failure.
-            types.extend(exception_types([kind]))
-            names.append(kind)
-        elif isinstance(kind, type) and issubclass(kind, BaseException):
-            name = exception_name(kind)
-            types.append(_retried(name, kind))
-            names.append(name)
-        else:
-            raise UsageError(f"--retry-on takes exception classes or their names, not {kind!r}")
-    return tuple(names), tuple(types)
-
-
-def configure(
-    *,
-    target: str | None,
-    num_tasks: int | None,
-    rollouts: int,
-    concurrency: int | str,
-    shuffle: int | None,
-    system_prompt: str | None,
-    ids: Iterable[str | int],
-    retries: int,
-    retry_on: Iterable[type[BaseException] | str],
-    timeout: float | None,
-    fail_on_error: int | float | str,
-    min_score: float | Mapping[str, float] | None,
-    output: str,
-    task_args: Mapping[str, Any] | None = None,
-    reduce: Iterable[str] = (),
-    pass_threshold: float = 1.0,
-    trace: bool = False,
-) -> EvalConfig:
-    """Check every setting and build the run's config; nothing happens before this passes.
-
-    The arguments are those of :func:`~sluicegate.eval.evaluate`.
-
-    Raises:
-        UsageError: naming the first setting that is wrong, and why.
-    """
-    if shuffle is not None and (isinstance(shuffle, bool) or not isinstance(shuffle, int)):
-        raise UsageError(f"--shuffle takes an integer seed, not {shuffle!r}")
-    if system_prompt is not None and not isinstance(system_prompt, str):
-        raise UsageError(f"the system prompt must be text, not {type(system_prompt).__name__}")
-    budget_text = str(fail_on_error).strip()
-    ErrorBudget.parse(budget_text)
-    retry_names, retry_types = _retry_on(retry_on)
-    bound, adaptive = parse_concurrency(concurrency)
-    return EvalConfig(
-        target=target,
-        num_tasks=None if num_tasks is None else _count("-n/--num-tasks", num_tasks, 1),
-        rollouts=_count("-r/--rollouts", rollouts, 1),
-        concurrency=bound,
-        adaptive=adaptive,
-        shuffle=shuffle,
-        system_prompt=system_prompt,
-        ids=_ids(ids),
-        retries=_count("--retries", retries, 0),
-        retry_on=retry_names,
-        timeout=None if timeout is None else _seconds("--timeout", timeout),
-        fail_on_error=budget_text,
-        min_score=_min_score(min_score),
-        output=output,
-        task_args=task_arguments(task_args),
-        reduce=_reducers(reduce),
-        pass_threshold=_score_floor("--pass-threshold", pass_threshold, "--pass-threshold"),
-        trace=trace,
-        retry_types=retry_types,
-    )
 
 
 # The settings that decide which rollouts exist and what they run. A resume must
@@ -416,6 +512,9 @@ class ErrorBudget:
     count: int | None = None
     fraction: Fraction | None = None
 
+    # What --fail-on-error takes, as the refusals say it.
+    TAKES = "must be a count (0, 1, 2, ...) or a fraction in (0, 1)"
+
     @classmethod
     def parse(cls, text: str) -> ErrorBudget:
         """Read ``--fail-on-error``.
@@ -431,10 +530,7 @@ class ErrorBudget:
         except (ValueError, ZeroDivisionError):
             value = None
         if value is None or not 0 < value < 1:
-            raise UsageError(
-                f"--fail-on-error must be a count (0, 1, 2, ...) or a fraction in (0, 1), "
-                f"not {text!r}"
-            )
+            raise UsageError(f"--fail-on-error {cls.TAKES}, not {text!r}")
         return cls(fraction=value)
 
     def crossed(self, errors: int, total: int | None) -> bool:

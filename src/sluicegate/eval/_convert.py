@@ -15,7 +15,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from .. import _taskset
-from ._config import EvalConfig
+from ._config import EvalConfig, exception_name, recorded_form
 from ._score import ScoreValue
 
 __all__ = ["converter"]
@@ -30,15 +30,35 @@ attrs.resolve_types(_taskset.Task, globalns=vars(_taskset))
 converter.register_unstructure_hook(datetime, lambda value: value.isoformat())
 converter.register_unstructure_hook(Path, str)
 # The classes given for --retry-on live only as long as the session: run.json
-# keeps their names.
+# keeps their names, and a config read back holds the names.
 converter.register_unstructure_hook(
     EvalConfig,
-    make_dict_unstructure_fn(EvalConfig, converter, retry_types=override(omit=True)),
+    make_dict_unstructure_fn(
+        EvalConfig,
+        converter,
+        retry_on=override(
+            unstruct_hook=lambda kinds: [
+                kind if isinstance(kind, str) else exception_name(kind) for kind in kinds
+            ]
+        ),
+    ),
 )
-converter.register_structure_hook(
+_structure_config = make_dict_structure_fn(
     EvalConfig,
-    make_dict_structure_fn(EvalConfig, converter, retry_types=override(omit=True)),
+    converter,
+    retry_on=override(struct_hook=lambda value, _: tuple(str(name) for name in value)),
+    # An int or "auto[:MAX]": the field's own converter checks it.
+    concurrency=override(struct_hook=lambda value, _: value),
 )
+
+
+def _structure_config_of_any_version(data: Any, cls: type[EvalConfig]) -> EvalConfig:
+    if isinstance(data, dict) and "concurrency" in data:
+        data = {**data, "concurrency": recorded_form(data)}
+    return _structure_config(data, cls)
+
+
+converter.register_structure_hook(EvalConfig, _structure_config_of_any_version)
 converter.register_structure_hook(datetime, lambda value, _: datetime.fromisoformat(value))
 
 

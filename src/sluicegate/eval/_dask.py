@@ -83,6 +83,8 @@ def _digest(path: Path) -> str:
 # needs it. A controller whose process also hosts workers (a cluster with
 # processes=False) puts its own environment here, so that they share it
 # rather than import the file a second time under the same module name.
+# Invariant: written under _loading only, by _environment_here() (a worker's
+# first rollout) and on_dask() (the controller's own, which replaces any other).
 _loaded: dict[tuple[str, str | None], Parts] = {}
 _loading = threading.Lock()
 
@@ -253,13 +255,14 @@ def check(dask: object, parts: Parts) -> None:
     """Refuse a ``dask=`` value, or an environment, that cannot run on a cluster.
 
     Raises:
+        TypeError: ``dask`` is neither text nor a bridge.
         UsageError: naming what is wrong, before anything runs.
     """
-    if not isinstance(dask, (str, DaskBridge)) or not dask:
-        raise UsageError(
-            f"--dask takes 'local' or a scheduler address (or, from Python, an open_dask() "
-            f"bridge), not {dask!r}"
-        )
+    takes = "'local', a scheduler address or (from Python) an open_dask() bridge"
+    if not isinstance(dask, (str, DaskBridge)):
+        raise TypeError(f"--dask must be {takes}, not {dask!r}")
+    if not dask:
+        raise UsageError(f"--dask must be {takes}, not {dask!r}")
     if parts.target is None:
         raise UsageError(
             "--dask needs the environment as a TARGET string (path/to/file.py:NAME or "

@@ -13,6 +13,7 @@ messages) is shown verbatim, never read as markup.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol, TextIO
 import attrs
 import trio
 
-from ._config import UsageError
+from ._config import EvalConfig, UsageError
 from ._records import Counts
 from ._stats import ScoreStats
 from ._tally import RunTally
@@ -55,6 +56,8 @@ class Summary:
 
     Attributes:
         resume: The command that continues the run, when it can be continued.
+        window: Where the window settled (``settled at 23 (auto:64), 2
+            decreases``); None under ``-c N``.
     """
 
     stop_reason: str
@@ -68,6 +71,73 @@ class Summary:
     resume: str | None = None
     score_stats: Mapping[str, ScoreStats] = attrs.field(factory=dict)
     reduced: Mapping[str, ScoreStats] = attrs.field(factory=dict)
+    window: str | None = None
+
+
+def _kind(value: object) -> str:
+    """What a ``-T`` value was read as, in a word."""
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if value is None:
+        return "null"
+    return "a list" if isinstance(value, list) else "a mapping"
+
+
+def task_args_text(args: Mapping[str, object]) -> str:
+    """``-T slip=0.5 (a number), model='small' (text)``: each value as the factory gets it."""
+    return "-T " + ", ".join(
+        f"{key}={repr(value) if isinstance(value, str) else json.dumps(value)} ({_kind(value)})"
+        for key, value in args.items()
+    )
+
+
+def header_text(name: str, config: EvalConfig, resume: bool) -> str:
+    """The run's first line: what it evaluates, with which arguments, into where.
+
+    The ``-T`` values appear as the factory receives them, so that a typo
+    (``-T slip=O.5``, text, not a number) shows before the run does.
+    """
+    what = f"{name} ({config.target})" if config.target is not None else name
+    parts = [f"{'resuming' if resume else 'evaluating'} {what}"]
+    if config.task_args:
+        parts.append(task_args_text(config.task_args))
+    if config.num_tasks is not None:
+        parts.append(f"-n {config.num_tasks}")
+    parts.append(f"-r {config.rollouts}")
+    given = f" ({_object(config.window_object)})" if config.window_object else ""
+    parts.append(f"-c {config.concurrency}{given}")
+    return ", ".join(parts) + f" -> {config.output}"
+
+
+def _object(name: str) -> str:
+    """``a Window object``, ``an AdaptiveWindow object``."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name} object"
+
+
+def window_text(config: EvalConfig, start: int, end: int, decreases: int) -> str:
+    """Where the window of a session settled, for the summary.
+
+    ``settled at 23 (auto:64), 2 decreases`` under an adaptive window;
+    ``8 throughout (a Window object)`` or ``ended at 4, from 8 (a Window
+    object)`` under another window object.
+
+    Args:
+        start: Its size as the session started.
+        end: Its size as the session ended.
+        decreases: How many of the session's changes lowered it.
+    """
+    given = config.window_object
+    if config.adaptive:
+        how = f"{config.concurrency}, {_object(given)}" if given else str(config.concurrency)
+        return f"settled at {end} ({how}), {_plural(decreases, 'decrease')}"
+    what = _object(given or "window")
+    if end == start:
+        return f"{end} throughout ({what})"
+    return f"ended at {end}, from {start} ({what})"
 
 
 def resume_command(output: str) -> str:
@@ -76,6 +146,9 @@ def resume_command(output: str) -> str:
 
 
 class Display(Protocol):
+    def header(self, text: str) -> None:
+        """Say what the run is about to do, once, before it starts."""
+
     async def show(self, tally: RunTally) -> None:
         """Show progress until cancelled."""
 
@@ -95,7 +168,7 @@ def _total(tally: RunTally) -> str:
 
 
 def _rate(tally: RunTally) -> tuple[float, float]:
-    elapsed = trio.current_time() - tally.started
+    elapsed = trio.current_time() - tally.began
     done = tally.finished - tally.resumed
     return elapsed, (done / elapsed if elapsed > 0 else 0.0)
 
@@ -110,12 +183,21 @@ def progress_line(tally: RunTally) -> str:
 
 
 def stats_text(stats: ScoreStats | None) -> str:
-    """``0.72 ± 0.058 [0.6, 0.84] (n 60, 20 tasks, clustered)``: a mean with its uncertainty."""
+    """A mean with its uncertainty, each number named.
+
+    ``0.72 ± 0.058 standard error, 95% CI [0.6, 0.84] (n 60, 20 tasks, clustered)``;
+    an interval that reaches past the values seen says so (see
+    :attr:`ScoreStats.beyond_range`).
+    """
     if stats is None:
         return "none"
     text = f"{stats.mean:.4g}"
-    if stats.stderr is not None and stats.ci95 is not None:
-        text += f" ± {stats.stderr:.2g} [{stats.ci95[0]:.4g}, {stats.ci95[1]:.4g}]"
+    if stats.stderr is not None:
+        text += f" ± {stats.stderr:.2g} standard error"
+    if stats.ci95 is not None:
+        text += f", 95% CI [{stats.ci95[0]:.4g}, {stats.ci95[1]:.4g}]"
+        if stats.beyond_range:
+            text += ", wider than the scores seen: too few tasks to place the mean closer"
     unit = f"n {stats.n}"
     if stats.clustered:
         unit += f", {stats.tasks} tasks, clustered"
@@ -162,6 +244,8 @@ def _detail_rows(summary: Summary) -> list[tuple[str, str]]:
     """What else the summary says, as (label, user text) pairs shared by both displays."""
     counts = summary.counts
     rows = []
+    if summary.window is not None:
+        rows.append(("window", summary.window))
     if counts.abandoned:
         rows.append(("abandoned", f"{counts.abandoned}: {_abandoned_text(summary)}"))
     if counts.cut_short:
@@ -170,6 +254,10 @@ def _detail_rows(summary: Summary) -> list[tuple[str, str]]:
     rows.append(("output", summary.output))
     if summary.resume:
         rows.append(("resume with", summary.resume))
+    # What a user does next with a run: look at it, and hold it against another.
+    where = shlex.quote(summary.output)
+    rows.append(("look with", f"sluicegate report {where}"))
+    rows.append(("compare with", f"sluicegate compare BASELINE_DIR {where}"))
     return rows
 
 
@@ -178,6 +266,7 @@ class _Guarded:
 
     def __init__(self, file: TextIO | None) -> None:
         self._file = file
+        # Invariant: written by guard() only; False -> True once, never back.
         self.silent = False
 
     @property
@@ -217,6 +306,9 @@ class PlainDisplay(_Guarded):
     def _line(self, text: str) -> None:
         self.guard(lambda: print(text, file=self.file, flush=True))
 
+    def header(self, text: str) -> None:
+        self._line(text)
+
     async def show(self, tally: RunTally) -> None:
         seen = tally.finished
         while not self.silent:
@@ -245,6 +337,12 @@ class RichDisplay(_Guarded):
     def __init__(self, file: TextIO | None = None, interval: float = 0.25) -> None:
         super().__init__(file)
         self._interval = interval
+
+    def header(self, text: str) -> None:
+        from rich.console import Console
+        from rich.text import Text
+
+        self.guard(lambda: Console(file=self._file).print(Text(text, overflow="fold")))
 
     def _render(self, tally: RunTally) -> RenderableType:
         from rich.progress_bar import ProgressBar
@@ -328,6 +426,8 @@ class _LiveBar:
     def __init__(self, console: Console, render: Callable[[], RenderableType]) -> None:
         self.console = console
         self._render = render
+        # Invariant: written by start() and stop() only, under _lock; a Live
+        # while the bar is up.
         self._live: Live | None = None
         # Messages may come from a worker thread (a load() that warns).
         self._lock = threading.RLock()
@@ -371,6 +471,7 @@ class _AboveBar:
         self._display = display
         self._bar = bar
         self._stderr = stderr
+        # Invariant: written by write() and flush() only; never holds a newline.
         self._partial = ""
 
     def write(self, text: str) -> int:
@@ -401,8 +502,11 @@ def make_display(kind: str) -> Display | None:
     """The display for ``display=kind``; None for ``none``.
 
     Raises:
-        UsageError: for a kind that is not one of :data:`DISPLAYS`.
+        TypeError: ``kind`` is not text.
+        UsageError: for text that is not one of :data:`DISPLAYS`.
     """
+    if not isinstance(kind, str):
+        raise TypeError(f"display must be one of {', '.join(DISPLAYS)}, not {kind!r}")
     if kind == "rich":
         return RichDisplay()
     if kind == "plain":
@@ -422,16 +526,45 @@ def _interval(stats: ScoreStats | None, signed: bool = False) -> str:
     return text
 
 
+def _value(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _changed_tasks(comparison: Comparison) -> list[tuple[str, str]]:
+    """Each changed task once, worst first, with its scores side by side: ``(task, text)``."""
+    by_task: dict[str, list[str]] = {}
+    for task in comparison.errored_b:
+        by_task[task] = ["every rollout errored in B"]
+    for change in comparison.changed:
+        by_task.setdefault(change.task_id, []).append(
+            f"{change.name} {_value(change.a)} -> {_value(change.b)} ({change.delta:+.4g})"
+        )
+    for task in comparison.errored_a:
+        by_task.setdefault(task, []).append("every rollout errored in A")
+    return [(task, ", ".join(texts)) for task, texts in by_task.items()]
+
+
 def comparison_text(comparison: Comparison, changed: int = 20) -> str:
-    """``sluicegate compare``'s text: a table of scores, then the changed tasks, worst first."""
-    lines = [
-        f"A: {comparison.run_a}",
-        f"B: {comparison.run_b}",
+    """``sluicegate compare``'s text: the settings that differ, a table of scores with
+    their verdicts, then the changed tasks, worst first, each once."""
+    from ._compare import VERDICT_WORDS
+
+    lines = [f"A: {comparison.run_a}", f"B: {comparison.run_b}"]
+    if comparison.settings:
+        lines.append(
+            "settings that differ: "
+            + "; ".join(
+                f"{name} {a} in A, {b} in B" for name, (a, b) in comparison.settings.items()
+            )
+        )
+    lines += [
         f"tasks: {comparison.shared} in both, {len(comparison.only_a)} only in A, "
         f"{len(comparison.only_b)} only in B",
         "",
     ]
-    table = [("score", "A mean [95% CI]", "B mean [95% CI]", "B - A paired [95% CI]", "tasks")]
+    table = [
+        ("score", "A mean [95% CI]", "B mean [95% CI]", "B - A paired [95% CI]", "tasks", "verdict")
+    ]
     for score in comparison.scores:
         paired = score.difference
         table.append(
@@ -441,22 +574,20 @@ def comparison_text(comparison: Comparison, changed: int = 20) -> str:
                 _interval(score.b),
                 _interval(paired, signed=True),
                 str(paired.n) if paired is not None else "0",
+                VERDICT_WORDS[score.verdict],
             )
         )
-    widths = [max(len(row[column]) for row in table) for column in range(5)]
+    widths = [max(len(row[column]) for row in table) for column in range(len(table[0]))]
     lines.extend(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in table
     )
-    if comparison.changed:
-        lines += ["", f"changed tasks ({len(comparison.changed)}, worst first):"]
-        for change in comparison.changed[:changed]:
-            lines.append(
-                f"  {change.task_id}  {change.name}  {change.a:.4g} -> {change.b:.4g}  "
-                f"({change.delta:+.4g})"
-            )
-        if len(comparison.changed) > changed:
-            lines.append(f"  ... and {len(comparison.changed) - changed} more (--json lists all)")
+    tasks = _changed_tasks(comparison)
+    if tasks:
+        lines += ["", f"changed tasks ({len(tasks)}, worst first):"]
+        lines.extend(f"  {task}  {text}" for task, text in tasks[:changed])
+        if len(tasks) > changed:
+            lines.append(f"  ... and {len(tasks) - changed} more (--json lists all)")
     else:
         lines += ["", "no task changed"]
     return "\n".join(lines) + "\n"

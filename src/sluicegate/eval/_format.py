@@ -25,6 +25,7 @@ import json
 import math
 import os
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 from .. import _values
 from .._util import write_atomically
-from ._config import UsageError
+from ._config import UsageError, parse_concurrency, recorded_form
 from ._convert import converter
 from ._records import (
     USER_FIELDS,
@@ -368,6 +369,12 @@ class RunSummary:
     The fields of :class:`~._records.RunRecord` a report shows, with
     ``config`` kept as the mapping written (every setting, ``task_args``
     included), ``sessions`` as their number, and times as their text.
+    ``running_s`` is the time the sessions ran, summed: a session with no
+    end (killed, or still running) counts up to the last write of
+    ``results.jsonl``; None when no session says when it started.
+    ``concurrency`` is ``-c`` as recorded: an int, ``"auto"`` or
+    ``"auto:MAX"`` (a file that recorded ``-c auto`` as its maximum and
+    ``"adaptive": true`` reads as ``"auto:MAX"``).
     """
 
     environment: str | None = None
@@ -382,9 +389,10 @@ class RunSummary:
     score_stats: dict[str, ScoreStats] = attrs.field(factory=dict)
     reduced: dict[str, ScoreStats] = attrs.field(factory=dict)
     config: dict[str, Any] = attrs.field(factory=dict)
-    concurrency: int | None = None
+    concurrency: int | str | None = None
     sessions: int = 1
     version: str | None = None
+    running_s: float | None = None
 
 
 def _stats_map(value: Any) -> dict[str, ScoreStats]:
@@ -421,14 +429,52 @@ def read_summary(directory: Path) -> RunSummary | None:
     fields["reduced"] = _stats_map(data.get("reduced"))
     config = data.get("config")
     fields["config"] = dict(config) if isinstance(config, Mapping) else {}
-    concurrency = fields["config"].get("concurrency")
-    valid = isinstance(concurrency, int) and not isinstance(concurrency, bool)
-    fields["concurrency"] = concurrency if valid else None
+    fields["concurrency"] = _concurrency(fields["config"])
     sessions = data.get("sessions")
     fields["sessions"] = len(sessions) if isinstance(sessions, list) and sessions else 1
+    fields["running_s"] = _running_s(
+        sessions if isinstance(sessions, list) and sessions else [data], directory
+    )
     version = data.get("sluicegate_version")
     fields["version"] = version if isinstance(version, str) and version else None
     return RunSummary(**fields)
+
+
+def _concurrency(config: Mapping[str, Any]) -> int | str | None:
+    """``-c`` as ``config`` records it, in any version's form; None when it says nothing valid."""
+    try:
+        return parse_concurrency(recorded_form(config))
+    except (TypeError, ValueError):
+        return None
+
+
+def _when(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _running_s(sessions: list[Any], directory: Path) -> float | None:
+    total = 0.0
+    found = False
+    for session in sessions:
+        if not isinstance(session, Mapping):
+            continue
+        start, end = _when(session.get("started_at")), _when(session.get("ended_at"))
+        if start is None:
+            continue
+        if end is None:
+            try:
+                end = datetime.fromtimestamp((directory / RESULTS).stat().st_mtime, UTC)
+            except OSError:
+                continue
+        total += max(0.0, (end - start).total_seconds())
+        found = True
+    return total if found else None
 
 
 def read_tasks(directory: Path) -> list[TaskRow]:

@@ -39,6 +39,7 @@ class SessionLock:
     """
 
     def __init__(self, descriptor: int | None) -> None:
+        # Invariant: written by release() only, to None; the lock is held while it is an int.
         self._descriptor = descriptor
 
     @classmethod
@@ -68,6 +69,30 @@ class SessionLock:
             ) from None
         return cls(descriptor)
 
+    @staticmethod
+    def held(directory: Path) -> bool:
+        """Whether a session holds ``directory`` now (its run is still going).
+
+        A shared lock taken and dropped at once: it creates nothing, and a
+        session that starts in that instant is refused as if another one ran.
+        False where there is no lock (no :mod:`fcntl`, no ``.lock`` file).
+        """
+        try:
+            import fcntl
+        except ImportError:
+            return False
+        try:
+            descriptor = os.open(directory / LOCK, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(descriptor)  # closing drops a lock taken
+        return False
+
     def release(self) -> None:
         """Let go of the lock; idempotent."""
         if self._descriptor is not None:
@@ -91,6 +116,7 @@ class RunLog:
     def __init__(self, directory: Path, record: RunRecord, lock: SessionLock | None = None) -> None:
         self.lock = create(directory, record, lock)
         self.directory = directory
+        # Invariant: written by close() only: the record last written to run.json.
         self.record = record
         try:
             self._file: IO[str] = (directory / RESULTS).open("a", encoding="utf-8")

@@ -7,6 +7,7 @@ written by an older sluicegate still read back for a resume.
 
 from __future__ import annotations
 
+import re
 import traceback
 from collections.abc import Mapping
 from datetime import datetime
@@ -34,6 +35,11 @@ __all__ = [
 ]
 
 StopReason = Literal["completed", "failed", "interrupted"]
+
+# A traceback's frame line, and one of a package whose frames are not the user's
+# (the report folds the same ones away).
+_FRAME = re.compile(r"^[ |]*File \"")
+_INTERNAL = re.compile(r'File "[^"]*[/\\](sluicegate|trio|outcome|_pytest|pluggy)[/\\]')
 
 
 @attrs.frozen
@@ -68,6 +74,34 @@ class ErrorInfo:
 
     def __str__(self) -> str:
         return f"{self.type}: {self.message}" if self.message else self.type
+
+    def own_frames(self) -> tuple[str, int]:
+        """The traceback with only the user's frames, and how many frames were left out.
+
+        The frames of sluicegate, trio, outcome and the test runner are taken
+        out, as the report shows a traceback; without a traceback (a row of
+        an older version), the exception's line alone.
+        """
+        if self.traceback is None:
+            return str(self), 0
+        own: list[str] = []
+        internal = 0
+        skipping = False
+        indent = 0
+        for line in self.traceback.rstrip("\n").split("\n"):
+            depth = len(line) - len(line.lstrip(" |"))
+            if _FRAME.match(line):
+                indent = depth
+                skipping = _INTERNAL.search(line) is not None
+                if skipping:
+                    internal += 1
+                    continue
+            elif skipping and depth > indent and line.strip():
+                continue  # the source line (and carets) of a frame left out
+            else:
+                skipping = False
+            own.append(line)
+        return "\n".join(own), internal
 
 
 @attrs.frozen
@@ -235,7 +269,8 @@ class RunRecord:
         passed: The verdict: the run completed, within its error budget,
             and every ``--min-score`` was met. None while it runs.
         reasons: Why it did not pass, one sentence each.
-        scores: The mean of each score over the ok rollouts.
+        scores: The mean of each score over the ok rollouts, task-weighted
+            (``score_stats``' means: see :class:`~._stats.ScoreStats`).
         score_stats: Each score's statistics.
         reduced: Each reduced score's statistics over its per-task values.
         sessions: Every invocation, oldest first.

@@ -16,7 +16,7 @@ from fractions import Fraction
 
 from ._stats import exact_mean
 
-__all__ = ["REDUCERS", "check_reducer", "reduce_values", "reduced_name"]
+__all__ = ["REDUCERS", "check_reducer", "reduce_values", "reduced_name", "rollouts_needed"]
 
 # The reducers without a parameter; pass_at_K and at_least_K take K >= 1.
 REDUCERS = ("mean", "max", "min", "median", "mode")
@@ -31,13 +31,20 @@ def check_reducer(name: object) -> str:
         ValueError: it names no reducer; the message lists them.
     """
     if not isinstance(name, str):
-        raise TypeError(f"--reduce takes reducer names, not {type(name).__name__}")
+        raise TypeError(f"--reduce must be reducer names, not {name!r}")
     if name in REDUCERS or _WITH_K.fullmatch(name):
         return name
     raise ValueError(
-        f"--reduce {name!r}: no such reducer; use one of {', '.join(REDUCERS)}, "
-        f"pass_at_K or at_least_K (K a whole number >= 1)"
+        f"--reduce must be one of {', '.join(REDUCERS)}, pass_at_K or at_least_K "
+        f"(K a whole number >= 1), not {name!r}"
     )
+
+
+def rollouts_needed(reducer: str) -> int:
+    """The scored rollouts a task needs for ``reducer`` to have a value: K for
+    ``pass_at_K`` and ``at_least_K``, else 1."""
+    match = _WITH_K.fullmatch(reducer)
+    return int(match.group(2)) if match is not None else 1
 
 
 def reduced_name(score: str, reducer: str, plain: str) -> str:

@@ -133,7 +133,8 @@ class Rollouts:
             last_start = trio.current_time()
             return await self._once(slot)
 
-        self.tally.running += 1
+        self.tally.started()
+        cut_short = False
         try:
             with rollout_of(slot.rollout):
                 tried = await attempt(
@@ -143,12 +144,12 @@ class Rollouts:
                     drain=self.drain,
                 )
         except CutShort:
-            self.tally.cut_short += 1
+            cut_short = True
             return None
         except _Fatal as fatal:
             raise fatal.error from None
         finally:
-            self.tally.running -= 1
+            self.tally.ended(cut_short=cut_short)
         duration = self._ended(last_start, tried.result) - start
         earlier = tuple(ErrorInfo.of(exc) for exc in tried.earlier)
         sample = sample_of(slot.task)

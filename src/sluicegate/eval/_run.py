@@ -15,6 +15,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import shlex
 import warnings
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -26,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import trio
 
-from .._adaptive import AdaptiveWindow
-from .._runner import Drain, Recorder, open_stream, report_failure
+from .._checks import check_flag
+from .._runner import Drain, Recorder, WindowLike, open_stream, report_failure
 from .._signals import DEFAULT_SIGNALS, drain_on_signals
 from .._trace import recording
 from .._util import in_background
@@ -35,11 +36,19 @@ from ._config import (
     ErrorBudget,
     EvalConfig,
     UsageError,
-    configure,
     differences,
+    recorded_concurrency,
     task_arguments,
+    window_object,
 )
-from ._display import Display, Summary, make_display, resume_command
+from ._display import (
+    Display,
+    Summary,
+    header_text,
+    make_display,
+    resume_command,
+    window_text,
+)
 from ._format import RESULTS, TORN, Previous, read_results, read_run_record
 from ._log import RunLog, SessionLock, check_new
 from ._records import RolloutRow, RunRecord, StopReason
@@ -47,7 +56,8 @@ from ._rollout import AttemptFn, Rollouts, attempt_here
 from ._slots import DuplicateTaskId, EvalSource, Kind, Slot, Source, check, kind_of, plan
 from ._tally import RunTally
 from ._target import Parts, environment
-from ._verdict import EvalReport, begin, budget_text, end
+from ._verdict import EvalReport, begin, budget_text, check_floors, end
+from ._windows import WindowWatch, session_window
 
 if TYPE_CHECKING:
     from ..dask import DaskBridge
@@ -110,72 +120,118 @@ def _on_dask() -> ModuleType:
 _NOTHING = "nothing to evaluate: the taskset gave no task, or --id matched none of those read"
 
 
-def _check_hooks(drain: object, trace: object) -> None:
-    """Refuse a ``drain`` or ``trace`` the runner would refuse, before anything is written.
+def _output_dir(value: object) -> Path | None:
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(
+            f"output_dir (-o) must be a path (str or os.PathLike) or None, not {value!r}"
+        )
+    if not os.fspath(value):
+        # Path("") is the current directory: never what an empty -o meant.
+        raise UsageError("-o/--output (output_dir) is empty: give the run's directory")
+    return Path(value)
 
-    Raises:
-        UsageError: naming the argument.
-    """
-    if drain is not None and not isinstance(drain, Drain):
-        raise UsageError(f"drain must be a sluicegate.Drain or None, not {drain!r}")
+
+def _resume(session: _Session, _: Any, value: bool) -> None:
+    if check_flag(value, "resume") and session.output_dir is None:
+        raise UsageError("resume=True needs output_dir: the directory of the run to continue")
+
+
+def _drain(_: object, __: Any, value: Drain | None) -> None:
+    if value is not None and not isinstance(value, Drain):
+        raise TypeError(f"drain must be a sluicegate.Drain or None, not {value!r}")
+
+
+def _trace(_: object, __: Any, value: Recorder | Literal[True] | None) -> None:
     # A class has the methods too, unbound: Timeline for Timeline() is a slip.
     if not (
-        trace is None
-        or trace is True
-        or (isinstance(trace, Recorder) and not isinstance(trace, type))
+        value is None
+        or value is True
+        or (isinstance(value, Recorder) and not isinstance(value, type))
     ):
-        raise UsageError(
+        raise TypeError(
             f"trace must be True, None or a recorder with pulled(), started(), finished() "
-            f"and marked() (a Timeline), not {trace!r}"
+            f"and marked() (a Timeline), not {value!r}"
         )
 
 
+@attrs.frozen(kw_only=True)
+class _Session:
+    """How this session runs: the settings of :func:`evaluate` that ``run.json`` does not
+    record (a resume may change them). Building one checks them.
+
+    Attributes:
+        output_dir: Where the run's files go (None: a new directory under ``runs/``).
+        resume: Continue the run in ``output_dir``.
+        display: The progress display, or None.
+        drain: The drain the caller holds, or None.
+        signals: Drain on the first SIGINT/SIGTERM, cancel on the second.
+        trace: The recorder handed to the runner, True to record
+            ``trace.json`` in the output directory, or None.
+        dask: Where attempts run, when on a Dask cluster.
+        window: The window object given as ``concurrency=``, or None
+            (``run.json`` records what it can of it: see ``docs/eval.md``).
+    """
+
+    output_dir: Path | None = attrs.field(default=None, converter=_output_dir)
+    resume: bool = attrs.field(default=False, validator=_resume)
+    display: Display | None = attrs.field(default=None, converter=make_display)
+    drain: Drain | None = attrs.field(default=None, validator=_drain)
+    signals: bool = attrs.field(default=False, validator=lambda _, __, v: check_flag(v, "signals"))
+    trace: Recorder | Literal[True] | None = attrs.field(default=None, validator=_trace)
+    dask: str | DaskBridge | None = None
+    window: WindowLike | None = None
+
+
 def _setup(
-    env: object,
-    resume: bool,
-    output_dir: str | os.PathLike[str] | None,
-    dask: object,
-    **settings: Any,
+    env: object, config: EvalConfig, task_args: Mapping[str, Any] | None, session: _Session
 ) -> _Setup:
-    """Resolve the environment and check every setting, before anything runs.
+    """Resolve the environment and finish the config, before anything runs.
 
     Nothing is written, except that a resume sets aside a torn last line.
+
+    Args:
+        config: The settings checked so far: the target, the output and the
+            ``-T`` arguments are filled in here.
+        task_args: The ``-T`` arguments as given (None: on a resume, the
+            recorded ones).
 
     Raises:
         UsageError: for the first thing refused.
     """
-    if resume and output_dir is None:
-        raise UsageError("resume=True needs output_dir: the directory of the run to continue")
-    if output_dir is not None and not os.fspath(output_dir):
-        # Path("") is the current directory: never what an empty -o meant.
-        raise UsageError("-o/--output (output_dir) is empty: give the run's directory")
+    output_dir, resume, dask = session.output_dir, session.resume, session.dask
     earlier = None
     if env is None:
         if not resume:
             raise UsageError("no environment given: pass one, or a TARGET string")
-        earlier = read_run_record(Path(str(output_dir)))
+        assert output_dir is not None  # _Session checked it
+        earlier = read_run_record(output_dir)
         env = earlier.config.target
         if env is None:
             raise UsageError(
-                f"{Path(str(output_dir)) / 'run.json'} names no TARGET (the run was started "
+                f"{output_dir / 'run.json'} names no TARGET (the run was started "
                 f"from Python): give the environment again"
             )
-    task_args = settings.pop("task_args", None)
     if task_args is None and resume:
         # A resume passes the factory the arguments the run was started with.
+        assert output_dir is not None
         with contextlib.suppress(UsageError):
-            earlier = earlier or read_run_record(Path(str(output_dir)))
+            earlier = earlier or read_run_record(output_dir)
         task_args = earlier.config.task_args if earlier is not None else None
-    task_args = task_arguments(task_args)
-    if task_args and dask is not None:
+    checked = task_arguments(task_args)
+    if checked and dask is not None:
         raise UsageError(
             "-T cannot be used with --dask: the workers build the environment from TARGET alone"
         )
-    parts = environment(env, task_args)
-    output = Path(output_dir) if output_dir is not None else _default_output(parts.name)
-    config = configure(target=parts.target, output=str(output), task_args=task_args, **settings)
+    parts = environment(env, checked)
+    output = output_dir if output_dir is not None else _default_output(parts.name)
+    config = attrs.evolve(config, target=parts.target, output=str(output), task_args=checked)
+    # Now that the environment's file is loaded: --retry-on may name a class of it.
+    config.retry()
     kind = kind_of(parts.taskset)
     check(kind, config, resume)
+    check_floors(config.min_score, config.reduce, parts.score is not None, parts.scores)
     if dask is not None:
         if kind is Kind.DYNAMIC:
             raise UsageError(
@@ -241,12 +297,31 @@ async def _attempts(
         yield attempt_here, config.timeout
         return
     on_dask = _on_dask().on_dask
-    async with on_dask(dask, env, config.concurrency, config.timeout) as attempt:
+    async with on_dask(dask, env, config.bound, config.timeout) as attempt:
         yield attempt, None
 
 
 def _slot_label(item: object) -> str | None:
     return f"{item.task_id} #{item.rollout}" if isinstance(item, Slot) else None
+
+
+def _show_traceback(row: RolloutRow, directory: Path, config: EvalConfig) -> None:
+    """Show the traceback of the rollout that stops the run, and where its whole record is."""
+    if row.error is None:
+        return
+    frames, internal = row.error.own_frames()
+    left_out = f", and {internal} sluicegate and trio frames left out here" if internal else ""
+    logger.error(
+        "the run stops at task %s rollout %d (--fail-on-error %s); its traceback:\n%s\n"
+        "the whole record (every attempt%s) is its row in %s; sluicegate report %s shows it",
+        row.task_id,
+        row.rollout,
+        config.fail_on_error,
+        frames,
+        left_out,
+        directory / RESULTS,
+        shlex.quote(str(directory)),
+    )
 
 
 def _name_error(row: RolloutRow, tally: RunTally) -> None:
@@ -264,7 +339,7 @@ async def _run_slots(
     log: RunLog,
     tally: RunTally,
     trace: Recorder | None,
-    window: AdaptiveWindow | None,
+    watch: WindowWatch | None,
 ) -> tuple[StopReason, str | None]:
     budget = ErrorBudget.parse(config.fail_on_error)
     # The runner's signature names iterables only; a SampleSource gets in
@@ -277,7 +352,7 @@ async def _run_slots(
             open_stream(
                 slots,
                 rollouts,
-                window=config.concurrency if window is None else window,
+                window=config.bound if watch is None else watch.window,
                 ordered=False,
                 drain=rollouts.drain,
                 trace=trace,
@@ -289,13 +364,15 @@ async def _run_slots(
                     continue  # cut short by a drain: no row, so a resume runs it again
                 log.write(row)
                 tally.add(row)
-                if window is not None:
-                    tally.concurrency = window.size  # the display shows the size in force
+                if watch is not None:
+                    tally.sized(watch.window.size)  # the display shows the size in force
+                    watch.seen()
                 if row.status == "error":
                     if row.error is not None:
                         report_failure(trace, done.index, row.error.type)
                     _name_error(row, tally)
                     if budget.crossed(tally.errors, None if tally.growing else tally.planned):
+                        _show_traceback(row, log.directory, config)
                         raise _ErrorBudgetCrossed
     except _ErrorBudgetCrossed:
         return "failed", budget_text(config, tally.errors)
@@ -333,7 +410,9 @@ def _stopped(
     return stop, error
 
 
-def _conclude(shown: Display | None, record: RunRecord, setup: _Setup, tally: RunTally) -> None:
+def _conclude(
+    shown: Display | None, record: RunRecord, setup: _Setup, tally: RunTally, window: str | None
+) -> None:
     """Count the errors not named, and show the summary."""
     more = tally.errors - FIRST_ERRORS
     if more > 0:
@@ -344,10 +423,10 @@ def _conclude(shown: Display | None, record: RunRecord, setup: _Setup, tally: Ru
             Path(record.config.output) / RESULTS,
         )
     if shown is not None:
-        shown.summary(_summary(record, setup, tally))
+        shown.summary(_summary(record, setup, tally, window))
 
 
-def _summary(record: RunRecord, setup: _Setup, tally: RunTally) -> Summary:
+def _summary(record: RunRecord, setup: _Setup, tally: RunTally, window: str | None) -> Summary:
     assert record.stop_reason is not None and record.passed is not None
     resumable = record.config.target is not None and setup.kind.resumable
     return Summary(
@@ -357,37 +436,34 @@ def _summary(record: RunRecord, setup: _Setup, tally: RunTally) -> Summary:
         counts=record.counts,
         scores=record.scores,
         output=record.config.output,
-        elapsed=trio.current_time() - tally.started,
+        elapsed=trio.current_time() - tally.began,
         abandoned=tuple(tally.abandoned_names),
         score_stats=record.score_stats,
         reduced=record.reduced,
+        window=window,
         resume=resume_command(record.config.output)
         if resumable and record.stop_reason != "completed"
         else None,
     )
 
 
-async def _session(
-    setup: _Setup,
-    shown: Display | None,
-    drain: Drain | None,
-    signals: bool,
-    trace: Recorder | Literal[True] | None,
-    dask: str | DaskBridge | None,
-) -> tuple[RunRecord, RunTally]:
-    """Plan and run the rollouts, then write the final ``run.json``; returns it and the tally."""
+async def _session(setup: _Setup, session: _Session) -> tuple[RunRecord, RunTally, str | None]:
+    """Plan and run the rollouts, then write the final ``run.json``.
+
+    Returns:
+        The record written, the tally, and where the window settled (None
+        under ``-c N``).
+    """
     config = setup.config
-    window = (
-        AdaptiveWindow(initial=min(8, config.concurrency), max=config.concurrency)
-        if config.adaptive
-        else None
-    )
-    # With -c auto the display's bound follows the adaptive window (see _run_slots).
+    window = session_window(config, session.window)
+    watch = None if window is None else WindowWatch.of(window)
+    # Under a window object the display's bound follows its size (see _run_slots).
     tally = RunTally(
-        concurrency=config.concurrency if window is None else window.size,
-        started=trio.current_time(),
+        concurrency=config.bound if window is None else window.size,
+        began=trio.current_time(),
     )
-    drain = drain if drain is not None else Drain()
+    drain = session.drain if session.drain is not None else Drain()
+    signals, trace = session.signals, session.trace
     # The first signal stops waiting for a load() still reading; the second
     # cancels the rollouts in flight.
     startup, cancel = trio.CancelScope(), trio.CancelScope()
@@ -399,8 +475,8 @@ async def _session(
             on_signal=lambda _, __: startup.cancel(),
         ),
         # The cluster before the display: a refusal from it is shown alone.
-        _attempts(dask, setup.parts, config) as (attempt, timeout),
-        _showing(shown, tally),
+        _attempts(session.dask, setup.parts, config) as (attempt, timeout),
+        _showing(session.display, tally),
     ):
         source: Source | None = None
         with startup:
@@ -421,7 +497,7 @@ async def _session(
                 )
                 with cancel, traced as recorder:
                     stop, error = await _run_slots(
-                        source, rollout, config, log, tally, recorder, window
+                        source, rollout, config, log, tally, recorder, watch
                     )
                 if stop == "completed" and tally.planned == 0:
                     # A stream or a SampleSource that gave no task (or none
@@ -433,10 +509,12 @@ async def _session(
             stop, error = _stopped(stop, error, drain, cancel)
             tasks = tally.task_rows(config.reduce, config.pass_threshold) if config.reduce else None
             record = end(log.record, stop, error, tally, tasks or ())
-            if window is not None:
-                record = attrs.evolve(record, window=window.changes)
+            if watch is not None:
+                record = attrs.evolve(record, window=watch.changes())
             record = log.close(record, tasks)
-    return record, tally
+    if watch is None:
+        return record, tally, None
+    return record, tally, window_text(config, watch.start, watch.window.size, watch.decreases())
 
 
 async def evaluate(
@@ -444,7 +522,7 @@ async def evaluate(
     *,
     num_tasks: int | None = None,
     rollouts: int = 1,
-    concurrency: int | str = 32,
+    concurrency: int | str | WindowLike = 32,
     shuffle: int | None = None,
     system_prompt: str | None = None,
     ids: Iterable[str | int] = (),
@@ -467,7 +545,9 @@ async def evaluate(
     """Evaluate ``env``: run its tasks' rollouts, record every one, and judge the run.
 
     Every argument is checked, and the environment resolved, before anything
-    runs or anything is written; a mistake raises :class:`ValueError` then.
+    runs or anything is written: a setting of the wrong type raises
+    :class:`TypeError`, any other mistake :class:`ValueError`, each naming
+    the setting as its flag (``-r/--rollouts must be an int >= 1, not 0``).
     Writes ``results.jsonl`` (one row per rollout, as it finishes) and
     ``run.json`` to ``output_dir``. See ``docs/eval.md`` for each setting.
 
@@ -482,7 +562,10 @@ async def evaluate(
         concurrency: Rollouts in flight at most; ``"auto"`` (or
             ``"auto:MAX"``) lets an :class:`~sluicegate.AdaptiveWindow`
             find it, up to 256 (or MAX), and records its sizes in
-            ``run.json``.
+            ``run.json``. A window object (a :class:`~sluicegate.Window`,
+            an :class:`~sluicegate.AdaptiveWindow`) is used as it is: one
+            shared with a service or another evaluation bounds them
+            together.
         shuffle: Shuffle a static set with this seed.
         system_prompt: Text set as every task's system prompt.
         ids: Run only the tasks with these ids.
@@ -493,9 +576,11 @@ async def evaluate(
         timeout: Seconds each attempt may take; an expiry is a ``TimeoutError``.
         fail_on_error: Error rows that fail the run: a count ``N`` (fails at
             the ``N``-th; 0 and 1 at the first) or a fraction in (0, 1).
-        min_score: The lowest mean score that passes: a number for every
-            score, or a mapping of score names (``"*"`` for every score) or
-            reduced score names (``"pass_at_1"``).
+        min_score: The lowest mean score that passes (the task-weighted
+            mean, see ``docs/eval.md``): a number for every score, or a
+            mapping of score names (``"*"`` for every score) or reduced
+            score names (``"pass_at_1"``). A name no score of the run can
+            have is refused before the run.
         reduce: Reducers over each task's rollouts (``"mean"``, ``"max"``,
             ``"min"``, ``"median"``, ``"mode"``, ``"pass_at_K"``,
             ``"at_least_K"``): their per-task values go to ``tasks.jsonl``,
@@ -526,20 +611,26 @@ async def evaluate(
         The :class:`~sluicegate.eval.EvalReport`; ``run.json`` says the same.
 
     Raises:
+        TypeError: a setting of the wrong type (``drain="x"``, ``rollouts="2"``).
         ValueError: a setting, the environment or the output directory was
             refused before anything ran (a ``load()`` that raised and
             duplicate task ids included).
     """
-    _check_hooks(drain, trace)
-    shown = make_display(display)
-    setup = _setup(
-        env,
-        resume,
-        output_dir,
-        dask,
+    session = _Session(
+        output_dir=output_dir,
+        resume=resume,
+        display=display,
+        drain=drain,
+        signals=signals,
+        trace=trace,
+        dask=dask,
+        window=window_object(concurrency),
+    )
+    config = EvalConfig(
         num_tasks=num_tasks,
         rollouts=rollouts,
-        concurrency=concurrency,
+        concurrency=recorded_concurrency(concurrency),
+        window_object=None if session.window is None else type(session.window).__name__,
         shuffle=shuffle,
         system_prompt=system_prompt,
         ids=ids,
@@ -550,16 +641,18 @@ async def evaluate(
         min_score=min_score,
         reduce=reduce,
         pass_threshold=pass_threshold,
-        task_args=task_args,
         trace=trace is True,  # recorded in run.json, so that a resume traces too
     )
+    setup = _setup(env, config, task_args, session)
+    if session.display is not None:
+        session.display.header(header_text(setup.parts.name, setup.config, session.resume))
     try:
-        record, tally = await _session(setup, shown, drain, signals, trace, dask)
+        record, tally, window = await _session(setup, session)
     finally:
         # The session's own lock (a resume's, taken before anything was read);
         # a RunLog lets go of its lock itself.
         if setup.lock is not None:
             setup.lock.release()
     # After the live display has stopped, so that the summary stands alone.
-    _conclude(shown, record, setup, tally)
+    _conclude(session.display, record, setup, tally, window)
     return EvalReport.of(record, Path(record.config.output))

@@ -17,7 +17,16 @@ from typing import Any, final
 
 import attrs
 
-__all__ = ["SCORE", "Judged", "Score", "ScoreValue", "judge", "judged"]
+__all__ = [
+    "SCORE",
+    "Judged",
+    "Score",
+    "ScoreValue",
+    "finite_score_items",
+    "judge",
+    "judged",
+    "score_items",
+]
 
 ScoreValue = float | dict[str, float] | None
 """A row's score: a float, floats by name, or None (no ``score`` member)."""
@@ -127,3 +136,14 @@ def score_items(value: ScoreValue) -> list[tuple[str, float]]:
     if isinstance(value, Mapping):
         return list(value.items())
     return [(SCORE, value)]
+
+
+def finite_score_items(value: ScoreValue) -> list[tuple[str, float]]:
+    """:func:`score_items` without the values that are not finite.
+
+    A row sluicegate wrote never holds one, but a row read back may
+    (``Infinity``, ``NaN`` or ``1e400`` edited in, or written by another
+    tool): every reader that computes over scores (the report, ``compare``)
+    skips them, so that one such row neither crashes nor poisons a mean.
+    """
+    return [(key, number) for key, number in score_items(value) if math.isfinite(number)]

@@ -31,7 +31,9 @@ from .._taskset import Task, Taskset
 from .._util import in_background
 from ._config import EvalConfig, UsageError
 from ._current import rollout_of
+from ._errors import EvalError
 from ._records import RolloutRow
+from ._reduce import rollouts_needed
 from ._tally import RunTally
 
 __all__ = [
@@ -48,7 +50,7 @@ __all__ = [
 ]
 
 
-class DuplicateTaskId(ValueError):
+class DuplicateTaskId(EvalError, ValueError):
     """Two tasks of one evaluation have the same id, or one rollout was added twice."""
 
 
@@ -102,6 +104,15 @@ def check(kind: Kind, config: EvalConfig, resume: bool) -> None:
     Raises:
         UsageError: saying which flag and why.
     """
+    if kind is not Kind.DYNAMIC:
+        # (A SampleSource may add rollouts past -r with enqueue(task, rollout=k).)
+        for reducer in config.reduce:
+            needed = rollouts_needed(reducer)
+            if config.rollouts < needed:
+                raise UsageError(
+                    f"--reduce {reducer} needs {needed} rollouts of each task, and -r is "
+                    f"{config.rollouts}: give -r {needed} or more"
+                )
     what = {
         Kind.INFINITE: "an infinite taskset",
         Kind.STREAMING: "a streaming taskset",
@@ -153,9 +164,13 @@ class IdBook:
 
     def __init__(self, rollouts: int = 1) -> None:
         self._rollouts = rollouts
+        # Invariant: written by name_all() only; every id handed out, explicit or made.
         self._named: set[str] = set()
+        # Invariant: _whole and _single are written by reserve() only; each
+        # (task id, rollout) is held by at most one of them.
         self._whole: set[str] = set()
         self._single: dict[str, set[int]] = {}
+        # Invariant: written by name_all() only; no made id below it is free.
         self._next = 1
 
     def name_all(self, tasks: Sequence[Any]) -> list[tuple[str, Any]]:
@@ -279,7 +294,7 @@ async def _static_slots(
             )
     if config.num_tasks is not None:
         pairs = pairs[: config.num_tasks]
-    tally.planned = len(pairs) * config.rollouts
+    tally.plan(len(pairs) * config.rollouts)
     slots = [
         Slot(task_id, rollout, task)
         for task_id, task in pairs
@@ -333,7 +348,7 @@ async def _expanded(
 ) -> AsyncIterator[Slot]:
     try:
         async for task_id, task in tasks:
-            tally.planned += rollouts
+            tally.grow(rollouts)
             for rollout in range(rollouts):
                 if (task_id, rollout) not in done:
                     yield Slot(task_id, rollout, task)
@@ -371,10 +386,14 @@ class EvalSource(SampleSource[Any, Any]):
         self._tally = tally
         self._book = IdBook(config.rollouts)
         self._ids = frozenset(config.ids)
+        # Invariant: written by _slots() only; len(_admitted) <= -n when -n is given.
         self._admitted: set[str] = set()
+        # Invariant: written by _warn_cap() only; False -> True once.
         self._warned = False
+        # Invariant: written by admit() only; the first duplicate, kept once set.
         self._failure: DuplicateTaskId | None = None
         # Rollouts of tasks dropped by -n or --id, for on_abandoned().
+        # Invariant: _drop() sends, _report_dropped() receives, reporting() closes.
         self._dropped, self._to_report = trio.open_memory_channel[Slot](math.inf)
 
     @property
@@ -421,10 +440,8 @@ class EvalSource(SampleSource[Any, Any]):
                 self._drop(task_id, task, rollouts)
                 continue
             self._admitted.add(task_id)
-            self._tally.planned += len(rollouts)
-            if rollouts.stop > self._config.rollouts:
-                # A rollout past -r: -n times -r no longer bounds the total.
-                self._tally.bound = None
+            # A rollout past -r: -n times -r no longer bounds the total.
+            self._tally.grow(len(rollouts), past_bound=rollouts.stop > self._config.rollouts)
             slots.extend(Slot(task_id, k, task) for k in rollouts)
         return slots
 
@@ -490,7 +507,7 @@ async def plan(
     tally: RunTally,
     threaded: bool = False,
 ) -> Source:
-    """The runner's source of slots for this evaluation; sets or grows ``tally.planned``.
+    """The runner's source of slots for this evaluation; plans ``tally``, or grows it as tasks come.
 
     Args:
         kind: From :func:`kind_of`, already :func:`check` ed.
@@ -504,9 +521,9 @@ async def plan(
         UsageError: for a static set whose ``load()`` raises or holds
             duplicate ids (found before any rollout).
     """
-    tally.growing = kind is not Kind.STATIC
-    if tally.growing and config.num_tasks is not None:
-        tally.bound = config.num_tasks * config.rollouts
+    if kind is not Kind.STATIC:
+        bound = None if config.num_tasks is None else config.num_tasks * config.rollouts
+        tally.plan(0, growing=True, bound=bound)
     if isinstance(taskset, SampleSource):
         return EvalSource(taskset, config, tally)
     if kind is Kind.STATIC:

@@ -30,12 +30,21 @@ class ScoreStats:
     See ``docs/eval.md`` ("Statistics") for the formulas.
 
     Attributes:
-        mean: The mean (of per-task means when ``clustered``).
+        mean: The task-weighted mean: each task's values averaged first,
+            then the mean of those over the tasks (the plain mean when every
+            task has one value). It is *the* mean of a run everywhere: the
+            summary, ``--min-score``, ``run.json``'s ``scores``, the report
+            and ``compare``.
         stderr: Its standard error; None with fewer than two units.
         ci95: The 95% confidence interval ``(lo, hi)``; None when ``stderr`` is.
         n: How many values (scored rollouts, or tasks for a reduced score).
         tasks: How many tasks they come from.
         clustered: Whether the units are tasks (some task had several values).
+        beyond_range: ``ci95`` reaches below the lowest or above the highest
+            value observed. The interval is Student's t, which knows nothing
+            of the scores' range: with few units it says "too few to tell"
+            rather than where the mean lies (see ``docs/eval.md``,
+            "Statistics", for why it is not clipped).
     """
 
     mean: float
@@ -44,6 +53,7 @@ class ScoreStats:
     n: int = 0
     tasks: int = 0
     clustered: bool = False
+    beyond_range: bool = False
 
 
 # Above this many degrees of freedom the series for the t distribution needs
@@ -152,6 +162,10 @@ def _spread(
     return stderr, (low, high)
 
 
+def _beyond(ci95: tuple[float, float] | None, lowest: float, highest: float) -> bool:
+    return ci95 is not None and (ci95[0] < lowest or ci95[1] > highest)
+
+
 def stats_of(groups: Mapping[str, Sequence[float]]) -> ScoreStats | None:
     """The statistics of values grouped by task (``{task id: values}``); None without a value.
 
@@ -170,8 +184,16 @@ def stats_of(groups: Mapping[str, Sequence[float]]) -> ScoreStats | None:
     )
     mean = exact_mean(units)
     stderr, ci95 = _spread(units, mean)
+    lowest = min(min(values) for values in groups.values())
+    highest = max(max(values) for values in groups.values())
     return ScoreStats(
-        mean=mean, stderr=stderr, ci95=ci95, n=n, tasks=len(groups), clustered=clustered
+        mean=mean,
+        stderr=stderr,
+        ci95=ci95,
+        n=n,
+        tasks=len(groups),
+        clustered=clustered,
+        beyond_range=_beyond(ci95, lowest, highest),
     )
 
 
@@ -182,4 +204,11 @@ def paired(differences: Iterable[float]) -> ScoreStats | None:
         return None
     mean = exact_mean(values)
     stderr, ci95 = _spread(values, mean)
-    return ScoreStats(mean=mean, stderr=stderr, ci95=ci95, n=len(values), tasks=len(values))
+    return ScoreStats(
+        mean=mean,
+        stderr=stderr,
+        ci95=ci95,
+        n=len(values),
+        tasks=len(values),
+        beyond_range=_beyond(ci95, min(values), max(values)),
+    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from fractions import Fraction
 
 import attrs
 
@@ -22,6 +21,12 @@ NAMED = 5
 class RunTally:
     """Mutable counters of one run; cheap enough to update on every row.
 
+    Each counter has one writer, named under it: the others read. The
+    planner of slots (:mod:`._slots`) calls :meth:`plan` and :meth:`grow`,
+    a rollout (:mod:`._rollout`) :meth:`started` and :meth:`ended`, the
+    session (:mod:`._run`) :meth:`add` for each row and :meth:`sized` for
+    the adaptive window, a ``SampleSource``'s drain :meth:`abandon`.
+
     Attributes:
         planned: Rollouts planned so far, resumed ones included; it grows
             while a stream or a ``SampleSource`` adds tasks.
@@ -36,34 +41,77 @@ class RunTally:
         abandoned: Rollouts a drain left unstarted in a ``SampleSource``.
         abandoned_names: The first :data:`NAMED` of those, as ``(task id, rollout)``.
         cut_short: Rollouts a drain stopped between attempts.
-        concurrency: The ``-c`` bound, for the display (with ``-c auto``, the
-            adaptive window's size as of the latest finished rollout).
-        started: ``trio.current_time()`` at the start, for rate and elapsed.
+        concurrency: The ``-c`` bound, for the display (under ``-c auto`` or
+            a window object, its size as of the latest finished rollout).
+        began: ``trio.current_time()`` at the start, for rate and elapsed.
     """
 
+    # Invariant: set at construction, then written by sized() only.
+    concurrency: int = 1
+    # Invariant: set once, at construction.
+    began: float = 0.0
+    # Invariant: written by plan() and grow() only; never shrinks.
     planned: int = 0
+    # Invariant: written by plan() only.
     growing: bool = False
+    # Invariant: written by plan() and grow(); once None it stays None.
     bound: int | None = None
+    # Invariant: ok, errors and resumed are written by add() and add_resumed()
+    # only; resumed <= ok.
     ok: int = 0
     errors: int = 0
     resumed: int = 0
+    # Invariant: written by started() and ended() only; running >= 0.
     running: int = 0
+    # Invariant: written by ended() only.
+    cut_short: int = 0
+    # Invariant: written by abandon() only; len(abandoned_names) <= min(abandoned, NAMED).
     abandoned: int = 0
     abandoned_names: list[tuple[str, int]] = attrs.Factory(list)
-    cut_short: int = 0
-    concurrency: int = 1
-    started: float = 0.0
-    # Exact sums: finite scores whose float sum overflows (1e308 + 1e308)
-    # still have a finite mean, and run.json must hold it.
-    _sums: dict[str, Fraction] = attrs.Factory(dict)
-    _counts: dict[str, int] = attrs.Factory(dict)
     # Each score's values by task, for the statistics and the reducers.
+    # Invariant: written by add() only: the scores of the ok rows counted in ok.
     _values: dict[str, dict[str, list[float]]] = attrs.Factory(dict)
 
     @property
     def finished(self) -> int:
         """Rollouts with a row (ok or error), resumed ones included."""
         return self.ok + self.errors
+
+    def plan(self, planned: int, *, growing: bool = False, bound: int | None = None) -> None:
+        """Set the plan: ``planned`` rollouts so far; more to come when ``growing``,
+        ``bound`` at most when known."""
+        assert planned >= 0
+        self.planned = planned
+        self.growing = growing
+        self.bound = bound
+
+    def grow(self, rollouts: int, *, past_bound: bool = False) -> None:
+        """Plan ``rollouts`` more (a growing run added a task or a rollout).
+
+        Args:
+            past_bound: The rollouts go past ``-r``, so ``-n`` times ``-r``
+                no longer bounds the total.
+        """
+        assert rollouts >= 0
+        self.planned += rollouts
+        if past_bound:
+            self.bound = None
+
+    def started(self) -> None:
+        """A rollout started (its first attempt)."""
+        self.running += 1
+
+    def ended(self, *, cut_short: bool = False) -> None:
+        """A rollout that :meth:`started` ended; ``cut_short`` when a drain
+        stopped it between attempts (it has no row)."""
+        self.running -= 1
+        assert self.running >= 0
+        if cut_short:
+            self.cut_short += 1
+
+    def sized(self, size: int) -> None:
+        """The window object's size now (``-c auto``, ``concurrency=``), for the display."""
+        self.concurrency = size
 
     def add(self, row: RolloutRow) -> None:
         """Count a finished rollout."""
@@ -72,8 +120,6 @@ class RunTally:
             return
         self.ok += 1
         for key, value in score_items(row.score):
-            self._sums[key] = self._sums.get(key, Fraction(0)) + Fraction(value)
-            self._counts[key] = self._counts.get(key, 0) + 1
             self._values.setdefault(key, {}).setdefault(row.task_id, []).append(value)
 
     def add_resumed(self, rows: Iterable[RolloutRow]) -> None:
@@ -87,14 +133,6 @@ class RunTally:
         self.abandoned += 1
         if len(self.abandoned_names) < NAMED:
             self.abandoned_names.append((task_id, rollout))
-
-    def means(self) -> dict[str, float]:
-        """The mean of each score key over the ok rollouts that have it.
-
-        Each mean is the exact mean rounded once, so it is finite whenever
-        the scores are, however large their sum.
-        """
-        return {key: float(self._sums[key] / self._counts[key]) for key in sorted(self._sums)}
 
     def score_stats(self) -> dict[str, ScoreStats]:
         """Each score's statistics (see ``docs/eval.md``, "Statistics")."""

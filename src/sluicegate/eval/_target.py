@@ -8,12 +8,13 @@ the rest of the evaluation uses, or refuses it with a :class:`UsageError`.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import ModuleType
@@ -46,11 +47,14 @@ class Environment(Protocol):
     ``async def`` taking one task and returning a result that goes into
     ``results.jsonl``.
 
-    Three members are optional, and found by name when present:
+    Four members are optional, and found by name when present:
 
     * ``score(task, result)``: a ``float``, a mapping of names to floats
       (finite numbers), or a :class:`~sluicegate.eval.Score` carrying either
       with an explanation; plain or ``async``; its means make the run's scores.
+    * ``scores``: the names of the scores ``score`` returns (``"score"`` for
+      a plain number), so that a ``--min-score`` naming none of them is
+      refused before the run rather than failed after it.
     * ``serving()``: an async context manager held open around all the
       rollouts (a model server, a connection pool).
     * ``name``: a short string for the output directory and the display.
@@ -79,6 +83,7 @@ class Parts:
         serving: Optional zero-argument callable returning an async context
             manager, held open for the whole run.
         target: The ``TARGET`` it was imported from (absolute), if any.
+        scores: The score names the environment declares, or None.
     """
 
     name: str
@@ -87,6 +92,7 @@ class Parts:
     score: Callable[[Any, Any], Any] | None = None
     serving: Callable[[], AbstractAsyncContextManager[Any]] | None = None
     target: str | None = None
+    scores: tuple[str, ...] | None = None
 
 
 def _refuse_unknown(factory: Any, name: str, kwargs: Mapping[str, Any]) -> None:
@@ -179,9 +185,14 @@ def as_parts(
         )
     taskset: Any = obj.taskset  # type: ignore[attr-defined]
     if not isinstance(taskset, (Taskset, SampleSource)):
+        fix = (
+            f": wrap it, taskset = sluicegate.Taskset.from_iterable(the {type(taskset).__name__})"
+            if isinstance(taskset, Iterable) and not isinstance(taskset, (str, bytes))
+            else ""
+        )
         raise UsageError(
             f"{name}: taskset must be a sluicegate.Taskset or a sluicegate.SampleSource, "
-            f"not {type(taskset).__name__}"
+            f"not {type(taskset).__name__}{fix}"
         )
     run = obj.run  # type: ignore[attr-defined]
     if not callable(run):
@@ -197,6 +208,18 @@ def as_parts(
     serving = getattr(obj, "serving", None)
     if serving is not None and not callable(serving):
         raise UsageError(f"{name}: serving must be callable, not {type(serving).__name__}")
+    declared = getattr(obj, "scores", None)
+    scores = None
+    if declared is not None:
+        if isinstance(declared, Iterable) and not isinstance(declared, str):
+            scores = tuple(declared)
+        if scores is None or not all(isinstance(key, str) for key in scores):
+            raise UsageError(
+                f"{name}: scores must be the names score() returns (a list of text), "
+                f"not {declared!r}"
+            )
+        if score is None:
+            raise UsageError(f"{name}: declares scores but has no score(task, result)")
     own_name = getattr(obj, "name", None)
     return Parts(
         name=own_name if isinstance(own_name, str) and own_name else name,
@@ -205,6 +228,7 @@ def as_parts(
         score=score,
         serving=serving,
         target=target,
+        scores=scores,
     )
 
 
@@ -270,8 +294,33 @@ def resolve_target(target: str, task_args: Mapping[str, Any] | None = None) -> P
     try:
         obj = getattr(module, attr)
     except AttributeError:
-        raise UsageError(f"{target}: {where} has no attribute {attr!r}") from None
+        raise UsageError(f"{target}: {where} has no {attr!r}{_names_in(module, attr)}") from None
     return as_parts(obj, stem if stem != "__main__" else attr, canonical_target(target), task_args)
+
+
+# How many of a module's names a refusal lists.
+_LISTED = 12
+
+
+def _names_in(module: ModuleType, wanted: str) -> str:
+    """What a TARGET could have named in ``module``: its own classes, functions and
+    objects (not what it imported), the nearest to ``wanted`` first."""
+    own = sorted(
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and not inspect.ismodule(value)
+        and (getattr(value, "__module__", None) == module.__name__ or hasattr(value, "taskset"))
+    )
+    if not own:
+        return "; it defines no public name"
+    near = difflib.get_close_matches(wanted, own, n=1)
+    listed = ", ".join(own[:_LISTED])
+    if len(own) > _LISTED:
+        listed += f" and {len(own) - _LISTED} more"
+    if near:
+        return f"; did you mean {near[0]!r}? It has: {listed}"
+    return f"; it has: {listed}"
 
 
 def _exited(what: str, exc: SystemExit) -> UsageError:

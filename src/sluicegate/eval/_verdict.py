@@ -15,13 +15,22 @@ from typing import final
 import attrs
 
 from .._version import __version__
-from ._config import EVERY_SCORE, ErrorBudget, EvalConfig
+from ._config import EVERY_SCORE, ErrorBudget, EvalConfig, UsageError
 from ._records import RunRecord, Session, StopReason, TaskRow
-from ._reduce import check_reducer
+from ._reduce import check_reducer, reduced_name, rollouts_needed
+from ._score import SCORE
 from ._stats import ScoreStats, stats_of
 from ._tally import RunTally
 
-__all__ = ["EXIT_STATUS", "EvalReport", "begin", "budget_text", "end", "shortfalls"]
+__all__ = [
+    "EXIT_STATUS",
+    "EvalReport",
+    "begin",
+    "budget_text",
+    "check_floors",
+    "end",
+    "shortfalls",
+]
 
 # The process exit status for each way a run can end; a completed run that
 # did not pass exits 1, like a failed one.
@@ -36,7 +45,8 @@ class EvalReport:
     Attributes:
         ok: Rollouts that finished ok (a resume counts earlier sessions' too).
         errors: Error rows this session wrote.
-        scores: The mean of each score over the ok rollouts (a plain
+        scores: The mean of each score over the ok rollouts, task-weighted
+            (each task's rollouts averaged first, then the tasks; a plain
             ``float`` score is named ``"score"``).
         score_stats: Each score's :class:`~sluicegate.eval.ScoreStats`:
             mean, standard error, 95% interval, counts.
@@ -95,39 +105,98 @@ def budget_text(config: EvalConfig, errors: int) -> str:
     return f"--fail-on-error {config.fail_on_error}: {_errors(errors)}"
 
 
+def _flag(name: str, floor: float) -> str:
+    return f"--min-score {floor:g}" if name == EVERY_SCORE else f"--min-score {name}={floor:g}"
+
+
+def _reducer_of(name: str) -> str | None:
+    """The reducer a score named like a reduced one (``pass_at_1``, ``exact/max``) needs."""
+    reducer = name.rpartition("/")[2]
+    try:
+        return check_reducer(reducer)
+    except ValueError:
+        return None
+
+
+def check_floors(
+    min_score: Mapping[str, float],
+    reducers: Sequence[str],
+    scored: bool,
+    declared: Sequence[str] | None,
+) -> None:
+    """Refuse, before the run, a ``--min-score`` that no score of the run can meet.
+
+    Args:
+        min_score: The floors, by score name (``"*"``: every score).
+        reducers: The ``--reduce`` names.
+        scored: Whether the environment has a ``score``.
+        declared: The score names the environment declares (its ``scores``),
+            or None when it declares none.
+
+    Raises:
+        UsageError: a floor without any score, a reduced score without its
+            ``--reduce``, or a name the declared scores do not make.
+    """
+    for name, floor in min_score.items():
+        flag = _flag(name, floor)
+        if not scored:
+            raise UsageError(f"{flag}: the environment has no score(), so no score to hold")
+        if name == EVERY_SCORE:
+            continue
+        reducer = _reducer_of(name)
+        if reducer is not None and reducer not in reducers:
+            raise UsageError(f"{flag} names a reduced score: add --reduce {reducer}")
+        if declared is None:
+            continue
+        made = [reduced_name(score, r, SCORE) for score in declared for r in reducers]
+        if name not in declared and name not in made:
+            also = f", and with --reduce {', '.join(made)}" if made else ""
+            raise UsageError(
+                f"{flag} names no score of the run: the environment's `scores` declares "
+                f"{', '.join(declared) or 'none'}{also}"
+            )
+
+
 def shortfalls(
     min_score: Mapping[str, float],
     means: Mapping[str, float],
     reduced: Mapping[str, float] | None = None,
+    reducers: Sequence[str] = (),
 ) -> list[str]:
     """One sentence for every ``--min-score`` the means do not meet.
 
     ``"*"`` holds every score's mean; a name may be a score's or a reduced
     score's (``pass_at_1``).
+
+    Args:
+        reducers: The ``--reduce`` names the run was given.
     """
     found = []
     named = {**(reduced or {}), **means}
     for name, floor in min_score.items():
         wanted = dict(means) if name == EVERY_SCORE else {name: named.get(name)}
-        flag = f"--min-score {floor:g}" if name == EVERY_SCORE else f"--min-score {name}={floor:g}"
+        flag = _flag(name, floor)
         if not wanted:
             found.append(f"no scores to hold to {flag}")
         for key, mean in wanted.items():
             if mean is None:
-                found.append(f"no score named {key!r} to hold to {flag}{_reduce_hint(key)}")
+                found.append(f"no score named {key!r} to hold to {flag}{_why_none(key, reducers)}")
             elif mean < floor:
                 found.append(f"mean {key} {mean:.4g} is below {flag}")
     return found
 
 
-def _reduce_hint(name: str) -> str:
-    """Say how to get a score that is named like a reduced one."""
-    reducer = name.rpartition("/")[2]
-    try:
-        check_reducer(reducer)
-    except ValueError:
+def _why_none(name: str, reducers: Sequence[str]) -> str:
+    """Why a score named like a reduced one has no value."""
+    reducer = _reducer_of(name)
+    if reducer is None:
         return ""
-    return f" (a reduced score: add --reduce {reducer})"
+    if reducer not in reducers:
+        return f" (a reduced score: add --reduce {reducer})"
+    needed = rollouts_needed(reducer)
+    if needed > 1:
+        return f" (no task has the {needed} scored rollouts {reducer} needs)"
+    return " (no task has a scored rollout)"
 
 
 def begin(config: EvalConfig, name: str, earlier: RunRecord | None) -> RunRecord:
@@ -186,13 +255,14 @@ def end(
         tally.errors, tally.planned
     ):
         stop, error = "failed", budget_text(config, tally.errors)
-    means = tally.means()
+    score_stats = tally.score_stats()
+    means = {name: stats.mean for name, stats in score_stats.items()}
     reduced = reduced_stats(tasks)
     reasons = []
     if stop != "completed":
         reasons.append(f"{stop}: {error}" if error else stop)
     reduced_means = {name: stats.mean for name, stats in reduced.items()}
-    reasons.extend(shortfalls(config.min_score, means, reduced_means))
+    reasons.extend(shortfalls(config.min_score, means, reduced_means, config.reduce))
     now = datetime.now(UTC)
     counts = tally.counts()
     last = attrs.evolve(record.sessions[-1], ended_at=now, stop_reason=stop, counts=counts)
@@ -202,7 +272,7 @@ def end(
         stop_reason=stop,
         counts=counts,
         scores=means,
-        score_stats=tally.score_stats(),
+        score_stats=score_stats,
         reduced=reduced,
         error=error,
         passed=not reasons,

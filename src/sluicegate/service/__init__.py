@@ -4,9 +4,18 @@
 campaigns use them too) and are re-exported here as well.
 
 See the "Running a service" page of the docs.
+
+Every error the package raises is a :class:`ServiceError`:
+
+```text
+ServiceError       never raised itself
+├── JournalError   a journal cannot be used (not a journal, a newer format, a broken file)
+└── RecordedError  an error the journal recorded, handed back for a skipped item
+```
 """
 
 from .. import RateLimit, Retry, _util, drain_on_signals
+from ._errors import ServiceError
 from ._journal import Journal, JournalEntry, JournalError, RecordedError
 from ._prometheus import prometheus_collector
 from ._serve import ServedItem, ServeReport, serve
@@ -22,6 +31,7 @@ __all__ = [
     "ServeReport",
     "ServeStats",
     "ServedItem",
+    "ServiceError",
     "drain_on_signals",
     "prometheus_collector",
     "serve",

@@ -23,6 +23,7 @@ from .. import _sqlite
 from .._sqlite import display
 from .._values import safe_repr
 from ._convert import ValueFormat, decode_value, encode_value, storable
+from ._errors import ServiceError
 
 __all__ = [
     "APPLICATION_ID",
@@ -112,11 +113,11 @@ ErrorRow = tuple[str | bytes, int, str, str, str, float, float]
 """A failure as written: key, attempts, error type, message, traceback, started, finished."""
 
 
-class JournalError(Exception):
+class JournalError(ServiceError):
     """A journal cannot be used: not a journal, a newer format, or a broken file."""
 
 
-class RecordedError(Exception):
+class RecordedError(ServiceError):
     """An error a journal recorded for an item, handed back when the item is skipped.
 
     The original exception object is gone with the process that raised it;

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic
 
 import trio
 
-from ._trace import Trace
+from ._trace import Trace, source_serial
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
@@ -63,6 +63,7 @@ class ScriptedFeed(Generic[T]):
             self._queue.append(_END)
         self._gaps = dict(gaps or {})
         self._trace = trace
+        self._serial = source_serial()
         self._arrived = trio.lowlevel.ParkingLot()
         self._parked_waiters = trio.lowlevel.ParkingLot()
         self.pulls: int = 0
@@ -145,7 +146,7 @@ class ScriptedFeed(Generic[T]):
 
     def _record(self, kind: str, item: object = None) -> None:
         if self._trace is not None:
-            self._trace.record(kind, item)  # type: ignore[arg-type]
+            self._trace.record(kind, item, source=self._serial)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return (
@@ -164,6 +165,7 @@ class ScriptedIter(Generic[T]):
     def __init__(self, items: Iterable[T], *, trace: Trace | None = None) -> None:
         self._items = iter(items)
         self._trace = trace
+        self._serial = source_serial()
         self.pulls: int = 0
         self.delivered: int = 0
         self.close_count: int = 0
@@ -181,7 +183,7 @@ class ScriptedIter(Generic[T]):
             raise RuntimeError("ScriptedIter pulled after it was closed")
         self.pulls += 1
         if self._trace is not None:
-            self._trace.record("pull")
+            self._trace.record("pull", source=self._serial)
         try:
             item = next(self._items)
         except StopIteration:

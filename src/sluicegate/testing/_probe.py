@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Generic
 
 import trio
 
+from ._errors import TestingError
 from ._trace import Trace
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ else:
     T = TypeVar("T")
 
 
-class ProbeError(Exception):
+class ProbeError(TestingError):
     """Raised by a :class:`RunProbe` run that was told to fail."""
 
     def __init__(self, item: object) -> None:

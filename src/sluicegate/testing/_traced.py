@@ -12,7 +12,7 @@ from typing import Any, TypeVar, overload
 import trio
 
 from .._runner import BindsRun
-from ._trace import Trace
+from ._trace import Trace, source_serial
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -43,8 +43,8 @@ def traced_run(run: Callable[[T], Awaitable[R]], trace: Trace) -> Callable[[T], 
         except trio.Cancelled:
             trace.record("cancel", item)
             raise
-        except BaseException:
-            trace.record("fail", item)
+        except BaseException as exc:
+            trace.record("fail", item, error=type(exc).__name__)
             raise
         trace.record("finish", item)
         return value
@@ -99,6 +99,7 @@ class _Recording:
     def __init__(self, trace: Trace) -> None:
         self._trace = trace
         self._closed = False
+        self._serial = source_serial()
 
     def _record_close(self) -> bool:
         """Record a close; true the first time, when the wrapped source must close too."""
@@ -114,7 +115,7 @@ class _TracedAsyncIterator(_Recording, AsyncIterator[T]):
         self._inner = inner
 
     async def __anext__(self) -> T:
-        self._trace.record("pull")
+        self._trace.record("pull", source=self._serial)
         try:
             item = await anext(self._inner)
         except StopAsyncIteration:
@@ -141,7 +142,7 @@ class _TracedIterator(_Recording, Iterator[T]):
         self._inner = inner
 
     def __next__(self) -> T:
-        self._trace.record("pull")
+        self._trace.record("pull", source=self._serial)
         try:
             item = next(self._inner)
         except StopIteration:
