@@ -442,6 +442,7 @@ def test_a_recorder_and_a_pacer_see_every_item_once_and_in_order(
     assert marks.count("close") == 1
     assert marks.count("failure") == (1 if "error" in outcome else 0)
     assert marks.count("drain") <= 1
-    # Every token was spent on an item that started, or given back.
-    assert pacer.acquired - pacer.refunded == summary.starts
+    # Every token was spent on an item the dispatcher started (on asyncio,
+    # also one whose task never ran a line), or given back.
+    assert pacer.acquired - pacer.refunded == len(started)
     assert places_left(window) == 0
