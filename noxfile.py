@@ -61,7 +61,7 @@ def docs(session: nox.Session) -> None:
     )
 
 
-BENCHES = ("run", "service", "queues", "trace", "dask", "imports", "kit")
+BENCHES = ("run", "service", "queues", "trace", "dask", "imports", "kit", "aio", "report")
 
 
 @nox.session

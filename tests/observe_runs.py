@@ -227,7 +227,11 @@ def samples(page: str) -> list[Any]:
     return found
 
 
-def fields(page: str, sample: list[Any]) -> dict[str, list[Any]]:
-    """An embedded sample's fields by name: ``[value]``, or ``[value, note]``."""
-    names = embedded(page, "rows-data")["fields"]
-    return {names[field[0]]: field[1:] for field in sample[0]}
+def fields(page: str, sample: dict[str, Any]) -> dict[str, list[Any]]:
+    """An embedded sample's fields by what the page calls them: ``[value]`` or ``[value, note]``."""
+    labels = embedded(page, "rows-data")["fields"]
+    notes = sample.get("notes", {})
+    return {
+        labels[name]: [value, notes[name]] if name in notes else [value]
+        for name, value in sample["fields"].items()
+    }

@@ -119,7 +119,6 @@ PRIVATE_IMPORTS: dict[str, tuple[set[str], str]] = {
         },
         "the value encoder's caps, and the readers of the rows it wrote",
     ),
-    "test_eval_scores.py": ({"sluicegate.report._svg"}, "the score histograms on extreme values"),
     "test_public_api.py": ({"sluicegate._util"}, "fixup_module_metadata, whose effect it checks"),
     "test_report_edges.py": (
         {"sluicegate._trace", "sluicegate.report._svg"},

@@ -110,7 +110,11 @@ async def test_settings_are_refused_before_anything_happens(
             await evaluate(env, output_dir=out if "resume" not in kwargs else None, **kwargs)
     # A wrong type is a TypeError, worded as run_stream() and serve() word it.
     with pytest.raises(
-        TypeError, match=re.escape("-c/--concurrency must be an int >= 1, not True")
+        TypeError,
+        match=re.escape(
+            "-c/--concurrency must be an int >= 1, 'auto', 'auto:MAX' or a sluicegate.Window, "
+            "not True"
+        ),
     ):
         await evaluate(env, output_dir=out, concurrency=True)
     assert not out.exists()
@@ -139,7 +143,11 @@ async def test_settings_are_refused_before_anything_happens(
         ({"reduce": [3]}, "--reduce must be reducer names, not 3"),
         ({"pass_threshold": "1"}, "--pass-threshold must be a finite number, not '1'"),
         ({"task_args": [("a", 1)]}, "task_args (-T) must be a mapping of names to values, not"),
-        ({"concurrency": 2.0}, "-c/--concurrency must be an int >= 1, not 2.0"),
+        (
+            {"concurrency": 2.0},
+            "-c/--concurrency must be an int >= 1, 'auto', 'auto:MAX' or a sluicegate.Window, "
+            "not 2.0",
+        ),
     ],
 )
 async def test_a_setting_of_the_wrong_type_is_a_type_error_in_the_packages_words(

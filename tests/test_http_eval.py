@@ -55,8 +55,7 @@ async def test_eval_c_auto_scores_every_task_and_records_the_window(tmp_path: Pa
         )
     assert done.returncode == 0, done.stderr.decode()
     record = json.loads((out / "run.json").read_text())
-    assert record["config"]["adaptive"] is True
-    assert record["config"]["concurrency"] == 16
+    assert record["config"]["concurrency"] == "auto:16"
     assert record["counts"]["ok"] == 40
     assert record["scores"]["score"] == 1.0
     sizes = [change["size"] for change in record["window"]]
@@ -116,4 +115,5 @@ def test_a_resume_keeps_the_adaptive_window(tmp_path: Path) -> None:
     )
     assert again.returncode in (0, 1), again.stderr
     config = json.loads((out / "run.json").read_text())["config"]
-    assert (config["adaptive"], config["concurrency"]) == (True, 16)
+    assert config["concurrency"] == "auto:16"
+    assert "adaptive" not in config

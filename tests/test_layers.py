@@ -69,12 +69,13 @@ def test_import_sluicegate_loads_only_the_core() -> None:
     # CI) may have loaded sqlite3 for itself before.
     probe = (
         "import json, sys; before = set(sys.modules); import sluicegate; "
-        "print(json.dumps(sorted(m for m in set(sys.modules) - before "
-        "if m.split('.')[0] in ('sluicegate', 'sqlite3', '_sqlite3', 'cattrs', 'rich'))))"
+        "print(json.dumps(sorted(m for m in set(sys.modules) - before if m.split('.')[0] "
+        "in ('sluicegate', 'sqlite3', '_sqlite3', 'cattrs', 'rich', 'asyncio'))))"
     )
     loaded = set(json.loads(printed_by(probe)))
     assert loaded == {
         "sluicegate",
+        "sluicegate._asyncio",
         "sluicegate._checks",
         "sluicegate._dynamic",
         "sluicegate._runner",

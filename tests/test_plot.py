@@ -57,10 +57,43 @@ def test_plot_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert (tmp_path / "t.svg").read_text(encoding="utf-8").lstrip().startswith("<?xml")
 
 
-def test_plot_without_a_trace_is_a_usage_error(
+def test_plot_of_a_run_without_a_trace_draws_what_results_jsonl_holds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_eval_run(tmp_path, 5, trace=False)
+    import json
+
+    import matplotlib
+
+    write_eval_run(tmp_path, 40, trace=False)
+    # Each rollout from its start for its duration: these overlap in twos.
+    path = tmp_path / "results.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for number, row in enumerate(rows):
+        row["started_at"] = f"2024-05-01T00:00:{number // 2:02d}+00:00"
+        row["duration_s"] = 1.5
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert main(["plot", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out == (
+        f"wrote {tmp_path / 'timeline.png'}\n"
+        "no trace: drawn from results.jsonl; --trace adds the window's slots, "
+        "the drain and failure marks and the window size\n"
+    )
+    width, _ = png_size(tmp_path / "timeline.png")
+    assert width > 1100  # the scores beside it
+    seen = colours(tmp_path / "timeline.png")
+    assert OK_GREEN in seen and ERROR_RED in seen
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        assert main(["plot", str(tmp_path), "-o", str(tmp_path / "t.svg")]) == 0
+    drawn = (tmp_path / "t.svg").read_text(encoding="utf-8")
+    # Lanes, not slots: a start every second, each lasting 1.5 s, two at a time: 4 lanes.
+    assert "lane 3" in drawn and "lane 4" not in drawn and "slot 0" not in drawn
+    assert "--trace adds the window" in drawn
+
+
+def test_plot_of_nothing_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["plot", str(tmp_path)]) == 2
     assert "holds no trace.json or trace.jsonl" in capsys.readouterr().err
     assert main(["plot", str(tmp_path / "nope.json")]) == 2

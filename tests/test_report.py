@@ -66,9 +66,11 @@ def test_report_of_a_real_eval_run(tmp_path: Path, capsys: pytest.CaptureFixture
     assert sorted(rows["status"]) == ["error"] + ["ok"] * 5  # type: ignore[type-var]
     assert "ValueError: four is <bad>" in rows["error"]
     # eval keeps an error's traceback; the opened row shows it.
-    (error,) = [sample[2] for sample in samples(page) if sample[2]]
-    assert error[0][:2] == ["ValueError", "four is <bad>"]
-    assert re.match(r"Traceback \(most recent call last\):.*four is <bad>", error[0][2], re.S)
+    (errors,) = [sample["errors"] for sample in samples(page) if "errors" in sample]
+    assert (errors[0]["type"], errors[0]["message"]) == ("ValueError", "four is <bad>")
+    assert re.match(
+        r"Traceback \(most recent call last\):.*four is <bad>", errors[0]["traceback"], re.S
+    )
     assert '<span class="badge fail">did not pass</span>' in page
     assert "mean score 0.22 is below --min-score 0.9" in page
     assert "No trace in this directory" in page
@@ -145,7 +147,7 @@ def test_report_of_several_scores(tmp_path: Path) -> None:
     scores = rows["scores"]
     assert isinstance(scores, dict) and list(scores) == ["exact", "<f1>", "score"]
     assert scores["<f1>"][:2] == [0.5, None]
-    assert "&lt;f1&gt;: mean 0.5 over 1" in page
+    assert "&lt;f1&gt;: mean 0.5; 1 rollouts" in page
 
 
 FACTORY = """
@@ -188,12 +190,17 @@ def test_report_of_a_reduced_run_with_task_arguments(
     # The per-task reduced values, and each mean with its interval.
     tasks = embedded(page, "tasks-data")
     assert tasks["names"] == ["pass_at_1", "max"]
-    assert tasks["rows"] == [[f"t{n}", 2, 1.0, 1.0] for n in range(4)]
+    assert tasks["rows"] == [
+        {"task": f"t{n}", "rollouts": 2, "values": [1.0, 1.0]} for n in range(4)
+    ]
     assert "<b>1</b><span>mean pass_at_1</span><small>95% CI 1 to 1, over 4 tasks</small>" in page
-    card = "<b>1</b><span>mean score</span><small>95% CI 1 to 1, over 8 rollouts of 4 tasks"
+    card = (
+        "<b>1</b><span>mean score</span>"
+        "<small>95% CI 1 to 1, task-weighted, over 8 rollouts of 4 tasks"
+    )
     assert card in page
     (sample,) = [s for s in samples(page) if fields(page, s)["input"] == ["2 + 1"]][:1]
-    assert sample[1] == "said 3, wanted 3"
+    assert sample["explanation"] == "said 3, wanted 3"
     assert fields(page, sample)["target"] == [3]
 
 

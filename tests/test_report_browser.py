@@ -236,19 +236,66 @@ def test_a_timeline_bar_opens_its_row(page: Any, report: Path) -> None:
     assert page.locator("#shown").text_content() == "400 of 400 rollouts"
 
 
+def test_a_bar_opens_its_row_whatever_the_filter_hid(page: Any, report: Path) -> None:
+    rows = rows_of(report.parent)
+    page.goto(report.as_uri())
+    # Ok runs near the top of the list: under the error filter, their place
+    # in the whole list falls inside the few rows the filter had drawn.
+    labels = page.evaluate(
+        """() => {
+          const found = [];
+          for (const rect of document.querySelectorAll("svg.timeline rect")) {
+            const title = rect.querySelector("title");
+            if (!title || !/ \\(item \\d+\\): ok,/.test(title.textContent)) continue;
+            if (rect.getBoundingClientRect().width < 4) continue;
+            found.push([rect.getBoundingClientRect().width, title.textContent.split(" (item")[0]]);
+          }
+          return found.map(pair => pair[1]);
+        }"""
+    )
+    errors = sum(1 for row in rows if row["status"] == "error")
+    # (The fixture gave rows 8 and 10 other ids after their runs were traced.)
+    numbered = [f"{row['task_id']} #{row['rollout']}" for row in rows]
+    early = [label for label in labels if label in numbered[:errors]][:8]
+    assert len(early) == 8
+    for label in early:
+        page.get_by_role("button", name=re.compile(r"^error \(")).click()
+        assert page.locator("#shown").text_content() == f"{errors} of 400 rollouts"
+        page.evaluate(
+            """label => {
+              for (const rect of document.querySelectorAll("svg.timeline rect")) {
+                const title = rect.querySelector("title");
+                if (title && title.textContent.startsWith(label + " (item ")) {
+                  rect.setAttribute("data-picked", "");
+                  return;
+                }
+              }
+            }""",
+            label,
+        )
+        opened = click_picked_bar(page)
+        assert opened.get_attribute("data-i") == str(row_number(report, label))
+        page.locator("svg.timeline rect[data-picked]").evaluate(
+            "rect => rect.removeAttribute('data-picked')"
+        )
+        opened.locator("summary").click()  # closed again
+
+
 def test_a_bar_of_several_runs_opens_the_first_of_them(page: Any, report: Path) -> None:
     page.goto(report.as_uri())
     # The widest bar that stands for several runs.
     label = page.evaluate(
         """() => {
           let best = null, width = 0;
-          for (const rect of document.querySelectorAll("svg.timeline rect[data-first]")) {
+          for (const rect of document.querySelectorAll("svg.timeline rect")) {
+            const title = rect.querySelector("title");
+            if (!title || !/^\\d+ runs, /.test(title.textContent)) continue;
             const w = rect.getBoundingClientRect().width;
             if (w > width) { width = w; best = rect; }
           }
           if (best === null) return null;
           best.setAttribute("data-picked", "");
-          return best.getAttribute("data-first");
+          return best.querySelector("title").textContent.split(", from ")[1];
         }"""
     )
     assert label is not None, "the fixture's timeline has no bar of several runs"
@@ -296,3 +343,51 @@ def test_the_comparison_lists_an_injected_regression_first(page: Any, tmp_path: 
     tasks = {row["task_id"] for row in rows}
     assert page.locator("#changes > details").count() == len(tasks)  # every task changed
     page.screenshot(path=str(SHOTS / "compare.png"))
+
+
+def test_the_tasks_table_leaves_the_rollouts_heading_below_it(page: Any, tmp_path: Path) -> None:
+    write_eval_run(tmp_path, 40, trace=False)
+    tasks = sorted({row["task_id"] for row in rows_of(tmp_path)})
+    (tmp_path / "tasks.jsonl").write_text(
+        "".join(
+            json.dumps({"task_id": task, "rollouts": 2, "reduced": {"max": 0.5}}) + "\n"
+            for task in tasks
+        ),
+        encoding="utf-8",
+    )
+    page.goto(write_report(tmp_path).as_uri())
+    table = page.locator("#tasks").locator("xpath=..").bounding_box()
+    heading = page.get_by_role("heading", name="Rollouts").bounding_box()
+    assert table is not None and heading is not None
+    assert heading["y"] >= table["y"] + table["height"]
+    assert heading["x"] < table["x"] + 30  # at the left edge, not beside the table
+
+
+def test_a_task_whose_scores_changed_is_listed_and_drawn_once(page: Any, tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_eval_run(a, 20, error_every=0, trace=False)
+    write_eval_run(b, 20, error_every=0, trace=False)
+    for run, shift in ((a, 0.0), (b, 0.25)):
+        rows = rows_of(run)
+        for row in rows:
+            row["score"] = {"exact": 0.5 + shift, "f1": 0.25 + shift, "same": 1.0}
+            row["result"] = {"answer": "x" * 1000}
+        (run / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    written = write_comparison(a, b, tmp_path / "compare.html")
+    page.goto(written.as_uri())
+    tasks = {row["task_id"] for row in rows_of(b)}
+    changes = page.locator("#changes > details")
+    assert changes.count() == len(tasks)  # once each, though two scores changed
+    first = changes.first
+    assert first.locator("summary > span").nth(1).locator(".line").all_text_contents() == [
+        "exact",
+        "f1",
+    ]
+    assert first.locator("summary > span").nth(4).locator(".line").all_text_contents() == [
+        "+0.25",
+        "+0.25",
+    ]
+    for number in range(changes.count()):
+        changes.nth(number).locator("summary").click()
+    # Every task's samples drawn once: its rollouts in A and in B.
+    expect(page.locator("#changes .sample")).to_have_count(2 * 20)

@@ -51,13 +51,24 @@ def test_report_of_two_runs_compares_them(
     assert f'{score.difference.mean:+.4g} <span class="muted">[{low:.4g}, {high:.4g}]' in page
     # The changed tasks, worst regression first, each with both runs' samples.
     changes = embedded(page, "compare-data")["changes"]
-    assert [change[0] for change in changes][:1] == ["task-00004"]
-    assert changes[-1][0] == "task-00009"
-    assert [change[0] for change in changes] == [change.task_id for change in comparison.changed]
-    assert all(len(change[6]) == len(change[7]) == 2 for change in changes)
-    worst = embedded(page, "b-sample-0")[changes[0][7][0]]
-    result = embedded(page, "compare-data")["fields"].index("result")
-    assert [field[1] for field in worst[0] if field[0] == result] == ["{'answer': nan}"]
+    assert [change["task"] for change in changes][:1] == ["task-00004"]
+    assert changes[-1]["task"] == "task-00009"
+    assert [change["task"] for change in changes] == [
+        change.task_id for change in comparison.changed
+    ]
+    assert changes[0]["scores"] == [
+        {"name": "score", "a": "0.2165", "b": "-1", "delta": "-1.216", "worse": True}
+    ]
+    assert all(len(change["rows_a"]) == len(change["rows_b"]) == 2 for change in changes)
+    worst = embedded(page, "b-sample-0")[changes[0]["rows_b"][0]]
+    assert worst["fields"]["result"] == "{'answer': nan}"
+    assert worst["row"] == {
+        "score": "-1",
+        "duration": worst["row"]["duration"],
+        "attempts": 1,
+        "rollout": 0,
+        "status": "ok",
+    }
     # The tasks only one run has, counted apart (and their ids are text).
     assert "1 only in A and 1 only in B are counted apart" in page
     assert "&lt;/script&gt;&lt;b&gt;new&lt;/b&gt;" in page
@@ -76,3 +87,38 @@ def test_report_of_two_runs_refuses_what_is_not_a_run(
     assert main(["report", str(a), str(tmp_path / "empty")]) == 2
     assert capsys.readouterr().err.startswith("sluicegate report: error: ")
     assert not (b / "compare.html").exists()
+
+
+def test_the_page_gives_compare_s_verdicts_settings_and_errored_tasks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_eval_run(a, 40, trace=False, error_every=0)
+    write_eval_run(b, 40, trace=False, error_every=0)
+    rows = [json.loads(line) for line in (b / "results.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["task_id"] == "task-00002":  # every rollout errored in B
+            row.update(status="error", score=None, error={"type": "OSError", "message": "down"})
+    (b / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    record = json.loads((b / "run.json").read_text())
+    record["config"]["rollouts"] = 3
+    (b / "run.json").write_text(json.dumps(record))
+    assert main(["compare", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    assert main(["report", str(a), str(b)]) == 0
+    capsys.readouterr()
+    page = (b / "compare.html").read_text(encoding="utf-8")
+    # The verdict in compare's words, on the page as in the text.
+    verdicts = ("worse (95% sure)", "better (95% sure)", "no clear change")
+    (words,) = [words for words in verdicts if words in text]
+    assert f">{words}</span>" in page
+    # The settings that differ, as compare names them.
+    assert "settings that differ: -r not given in A, 3 in B" in text
+    assert "<tr><td>-r</td><td>not given</td><td>3</td></tr>" in page
+    # The task whose rollouts all errored is a change, listed first, with its samples.
+    (change,) = embedded(page, "compare-data")["changes"]
+    assert change["task"] == "task-00002"
+    assert change["scores"] == [
+        {"name": "status", "a": "ok", "b": "every rollout errored", "delta": "", "worse": True}
+    ]
+    assert len(change["rows_a"]) == len(change["rows_b"]) == 2

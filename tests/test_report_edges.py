@@ -153,7 +153,7 @@ def test_report_of_odd_rows(tmp_path: Path) -> None:
     assert "2 line(s) that are not rows skipped" in page
     # The row's error is cut; the opened row has all of it.
     assert data["error"][3] == ("RuntimeError: " + "x" * 500)[:400]
-    assert samples(page)[3][2] == [["RuntimeError", "x" * 500, None]]
+    assert samples(page)[3]["errors"] == [{"type": "RuntimeError", "message": "x" * 500}]
     assert data["error"][4] == "KeyError: line one\nline two"
     # A result JSON cannot hold (a hand-edited row) is shown as its repr.
     assert fields(page, samples(page)[5])["result"] == ["{'n': inf}"]
@@ -432,11 +432,10 @@ def write_run_with_lone_surrogates(directory: Path) -> None:
 def test_plot_and_the_report_pictures_of_a_run_with_lone_surrogates(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sluicegate.report._svg import timeline_svg
-
     write_run_with_lone_surrogates(tmp_path)
-    svg = timeline_svg(Timeline.read(tmp_path))
-    assert "bad\\ud800id #0" in svg.encode("utf-8").decode("utf-8")
+    page = write_report(tmp_path).read_text(encoding="utf-8")
+    timeline = page[page.index('<svg class="timeline"') :]
+    assert "<title>bad\\ud800id #0 (item 0)" in timeline[: timeline.index("</svg>")]
     assert main(["plot", str(tmp_path), "-o", str(tmp_path / "t.svg")]) == 0
     assert main(["plot", str(tmp_path)]) == 0
     assert png_size(tmp_path / "timeline.png")[0] > 900
@@ -464,26 +463,19 @@ def test_plot_and_report_of_scores_whose_range_overflows_a_float(
     rewrite_rows(tmp_path, change)
     assert main(["plot", str(tmp_path)]) == 0, capsys.readouterr().err
     assert png_size(tmp_path / "timeline.png")[0] > 1100  # the score panel is there
-    svg = histograms_svg({"big": [1.5e308, -1.5e308, 0.0, 0.0]})
+    svg = histograms_svg({"big": [1.5e308, -1.5e308, 0.0, 0.0]}, {})
     assert "<title>-1.5e+308 to -1.35e+308: 1</title>" in svg
     assert "<title>1.35e+308 to 1.5e+308: 1</title>" in svg
     assert ": 2</title>" in svg
     assert main(["report", str(tmp_path)]) == 0, capsys.readouterr().err
 
 
-def test_the_report_timeline_says_when_a_session_left_none(tmp_path: Path) -> None:
-    from sluicegate.report._svg import timeline_svg
-
-    write_eval_run(tmp_path, 10)
-    timelines = Timeline.read(tmp_path)
-    assert "sessions (the traced ones)" not in timeline_svg(timelines, sessions=1)
-    assert "timeline of 1 of 2 sessions (the traced ones)" in timeline_svg(timelines, sessions=2)
-
-
 def test_the_report_says_when_its_timeline_shows_fewer_sessions_than_the_run_had(
     tmp_path: Path,
 ) -> None:
     write_eval_run(tmp_path, 10)
+    page = write_report(tmp_path).read_text(encoding="utf-8")
+    assert "sessions (the traced ones)" not in page
     record = json.loads((tmp_path / "run.json").read_text())
     record["sessions"] = [{}, {}]  # the resume ran without --trace
     (tmp_path / "run.json").write_text(json.dumps(record))

@@ -13,7 +13,7 @@ import typing as _typing
 
 from . import _util
 from ._dynamic import SampleSource, enqueue
-from ._runner import Done, Drain, open_stream, run_stream
+from ._runner import Done, Drain, DrainStatistics, open_stream, run_stream
 from ._take import take
 from ._taskset import FeedTaskset, Task, Taskset
 from ._version import __version__ as __version__
@@ -31,6 +31,7 @@ __all__ = [
     "AdaptiveWindow",
     "Done",
     "Drain",
+    "DrainStatistics",
     "FeedTaskset",
     "RateLimit",
     "RecordedError",

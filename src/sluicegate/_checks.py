@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import overload
 
-__all__ = ["check_count", "check_flag", "check_seconds"]
+__all__ = ["check_count", "check_flag", "check_seconds", "check_text"]
 
 
 def _is_int(value: object) -> bool:
@@ -72,4 +72,15 @@ def check_flag(value: object, name: str) -> bool:
     """
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, not {value!r}")
+    return value
+
+
+def check_text(value: object, name: str) -> str:
+    """Return ``value`` if it is a str.
+
+    Raises:
+        TypeError: ``value`` is anything else (``None`` and ``bytes`` included).
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {value!r}")
     return value

@@ -26,7 +26,7 @@ from typing import Any, Generic, TypeVar, overload
 import trio
 
 from ._checks import check_count
-from ._util import YIELD_EVERY
+from ._util import pace
 
 __all__ = ["SampleSource", "enqueue"]
 
@@ -283,22 +283,47 @@ class _SampleStream(Generic[T, R]):
         admitting: Callable[[], bool] | None = None,
         drained: Callable[[], bool] | None = None,
     ) -> None:
+        # What this stream was bound to. Never change.
         self._source = source
         self._run = run
         self._admitting = admitting
         self._drained = drained
+        # Items added and not handed out yet, in the order they were added.
+        # Written by: _add() (appends), _pull() (takes the oldest) and
+        # aclose() (empties it).
+        # Invariant: empty once the stream is closed.
         self._buffer: collections.deque[T] = collections.deque()
         # Accepted items a drain left unstarted, not yet reported to on_abandoned.
+        # Written by: _add() and aclose() (append), _report_abandoned() (takes).
+        # Invariant: it holds items only once a drain has closed the stream.
         self._abandoned: collections.deque[T] = collections.deque()
+        # initial() has been asked. Written by: _pull(), once.
         self._seeded = False
+        # Items handed out whose wrapped run (on_complete included) is not over.
+        # Written by: _pull() (one more per item handed out) and run() (one
+        # less as it ends).
+        # Invariant: 0 <= _in_flight; next() is asked only while it is 0.
         self._in_flight = 0
-        self._source_done = False  # next() has returned None
-        self._ended = False  # no added item could run any more
+        # next() has returned None. Written by: _pull().
+        self._source_done = False
+        # No added item could run any more: enqueue() refuses.
+        # Written by: _pull() (the source ran out with nothing running) and
+        # _idle_after_close() (closed by a drain, nothing running).
+        # Invariant: once true, stays true.
+        self._ended = False
+        # aclose() has been called: nothing is handed out any more.
+        # Written by: aclose(). Invariant: once true, stays true.
         self._closed = False
+        # A task is pulling now. Written by: __anext__, around the pull.
+        # Invariant: one pull at a time (the dispatcher serialises them).
         self._pulling = False
+        # Passes of _pull's loop, which pace() turns into checkpoints.
+        # Written by: _pull().
         self._passes = 0
-        # At most one task pulls at a time (the dispatcher serialises pulls), so
-        # this lot holds at most one parked puller.
+        # Where the puller waits for a running item to add work or finish.
+        # At most one task pulls at a time (the dispatcher serialises pulls),
+        # so it holds at most one parked puller.
+        # Written by: park() in _pull(), unpark_all() in _add(), run() and aclose().
         self._wakeup = trio.lowlevel.ParkingLot()
 
     @property
@@ -343,12 +368,8 @@ class _SampleStream(Generic[T, R]):
             # is taken from the buffer before this point, so a cancellation
             # here loses no item.
             self._passes += 1
-            if parked:
-                pass
-            elif self._passes % YIELD_EVERY:
-                await trio.lowlevel.checkpoint_if_cancelled()
-            else:
-                await trio.lowlevel.checkpoint()
+            if not parked:
+                await pace(self._passes)
             parked = False
             if self._closed or (self._admitting is not None and not self._admitting()):
                 raise StopAsyncIteration
@@ -432,6 +453,7 @@ class _SampleStream(Generic[T, R]):
         finally:
             _current_stream.reset(token)
             self._in_flight -= 1
+            assert self._in_flight >= 0
             if self._in_flight == 0:
                 self._idle_after_close()
                 self._wakeup.unpark_all()

@@ -6,16 +6,20 @@ owns the seven invariants of docs/runner.md: the window, back-pressure,
 order, fail-fast, close-out, drain and caller cancellation. A comment
 ``# invariant N`` marks each place that enforces one.
 
-How it is laid out (docs/runner.md, "How it is built", says why):
+How it is laid out (docs/runner.md, "How it is built", says why). Every
+stateful field says where it is declared who may change it and the
+invariant it keeps (``# Written by:``, ``# Invariant:``); other objects go
+through the owner's methods.
 
-* :class:`_State` holds the counters every task of one stream reads, each
-  field with the invariant it serves, and :class:`_Ending`, the one record
-  of how the stream is ending (what closed admission, the first failure,
-  whether it was cut short). The objects below keep only what is theirs
-  (the turn its waiters, a hand-over its results).
+* :class:`_State` holds the counters every task of one stream reads, and
+  :class:`_Ending`, the one record of how the stream is ending (what closed
+  admission, the first failure, whether it was cut short). The objects
+  below keep only what is theirs (the turn its waiters and places, a
+  hand-over its results).
 * :class:`_Turn` decides who pulls next: one task at a time, and for
-  ``open_stream`` with an int window only while a place is free. A drain
-  cuts the pull in progress through it.
+  ``open_stream`` with an int window only while a place is free. It keeps
+  the places a stream holds in a window object, and a drain cuts the pull
+  in progress through it.
 * Three ways to hand a finished run's value over: :class:`_AsReturned`
   gives it to a sink as the run returns (``run_stream``'s
   :class:`_ResultList`, or ``run_each``'s callback); :class:`_Ordered` and
@@ -48,13 +52,13 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, final, runtime_chec
 import attrs
 import trio
 
-from ._checks import check_flag
+from ._asyncio import note_asyncio_on_trio, refuse_outside_trio
+from ._checks import check_flag, check_text
 from ._util import (
-    YIELD_EVERY,
     as_async_iterator,
-    cancel_status,
     close_source,
     logger,
+    pace,
     sole_exception,
     surely_sync,
 )
@@ -65,6 +69,7 @@ __all__ = [
     "BindsRun",
     "Done",
     "Drain",
+    "DrainStatistics",
     "Pacer",
     "PricedPacer",
     "Recorder",
@@ -100,6 +105,25 @@ class Done(Generic[T, R]):
     value: R
 
 
+@final
+@attrs.frozen
+class DrainStatistics:
+    """What :meth:`Drain.statistics` returns: a snapshot, as trio's primitives give.
+
+    Attributes:
+        requested: Whether :meth:`Drain.request` has been called.
+        reason: The reason given to the first request, or None.
+        streams: Streams running with this drain now (each is told at once
+            when the drain is requested).
+        tasks_waiting: Tasks blocked in :meth:`Drain.wait`.
+    """
+
+    requested: bool
+    reason: str | None
+    streams: int
+    tasks_waiting: int
+
+
 class Drain:
     """A latch that asks a running stream to stop admitting work.
 
@@ -111,10 +135,15 @@ class Drain:
     """
 
     def __init__(self) -> None:
+        # Set once, by request(); what wait() blocks on.
+        # Invariant: set exactly when _reason is not None.
         self._event = trio.Event()
+        # Written by: request(), once.
         self._reason: str | None = None
         # The streams running with this drain, told at once when it is
         # requested, so that none of them pulls again after request() returns.
+        # Written by: _subscribe() and _unsubscribe(), which each stream's
+        # dispatcher calls as it starts and as it ends.
         self._streams: dict[Callable[[], None], None] = {}
 
     def request(self, reason: str = "drain requested") -> None:
@@ -122,7 +151,11 @@ class Drain:
 
         Call it from trio code (a signal watcher task, say), not from another
         thread.
+
+        Raises:
+            TypeError: ``reason`` is not a str.
         """
+        check_text(reason, "reason")
         if self._reason is not None:
             return
         self._reason = reason
@@ -143,6 +176,15 @@ class Drain:
     async def wait(self) -> None:
         """Block until the drain is requested."""
         await self._event.wait()
+
+    def statistics(self) -> DrainStatistics:
+        """A frozen snapshot of the drain, for a metrics loop or a debugger."""
+        return DrainStatistics(
+            requested=self.requested,
+            reason=self._reason,
+            streams=len(self._streams),
+            tasks_waiting=self._event.statistics().tasks_waiting,
+        )
 
     def _subscribe(self, stop: Callable[[], None]) -> None:
         """Call ``stop`` when the drain is requested: now, if it already is."""
@@ -185,15 +227,24 @@ class BindsRun(Protocol):
 
 @runtime_checkable
 class Pacer(Protocol):
-    """A bound on how fast a stream pulls, passed as ``rate=`` (a ``RateLimit``).
+    """A bound on how fast a stream starts items, passed as ``rate=`` (a ``RateLimit``).
 
-    The dispatcher awaits :meth:`acquire` before each pull, in the pulling
-    worker's turn, so a pacer bounds pulls and starts alike. Each
-    ``acquire()`` that returns is either spent on an item that runs or given
-    back with exactly one :meth:`refund` (the pull found the end of the
-    source, a drain or a failure cut it, the source raised, or admission
-    closed while waiting). An ``acquire()`` that a drain or a cancellation
-    interrupts is not refunded: it must take nothing when it does not return.
+    The dispatcher uses it twice per item, in the pulling worker's turn.
+    Before each pull (the end-of-stream pull too) it awaits :meth:`acquire`
+    and gives the token back at once with :meth:`refund`: a gate, so that no
+    item leaves the source before one could start. With the item in hand it
+    awaits :meth:`acquire` again, and the item starts in that instant (an
+    item that runs in a task of its own, with ``window=None`` or after a
+    drain, takes its token there). So the pacer's bound holds over starts,
+    whatever the source does: a token taken before a pull that then waited
+    on the source would be older than its start, and the burst refilled
+    meanwhile would start on top of it. Every token not given back is spent
+    on an item that started; if a failure ends the stream between an item's
+    token and its start, the token is given back. An ``acquire()`` that a
+    drain or a cancellation interrupts is not refunded: it must take nothing
+    when it does not return. A drain ends a wait at the gate; an item that
+    waits for its token when the drain comes runs once it has it, since
+    nothing taken from the source is dropped.
     """
 
     async def acquire(self) -> None: ...
@@ -206,11 +257,10 @@ class PricedPacer(Protocol):
     """A :class:`Pacer` that may price each item (a ``RateLimit(cost=...)``).
 
     ``cost`` is None when every start takes one unit: the pacer is then
-    awaited before each pull, as any :class:`Pacer`. Otherwise the units
-    depend on the item, which the pull has not got yet, so the dispatcher
-    awaits ``acquire(item)`` in the item's run instead, while the run holds
-    its window place; nothing is refunded then, since the units are spent
-    on an item that runs.
+    used as any :class:`Pacer`. Otherwise the units depend on the item, so
+    the dispatcher awaits ``acquire(item)`` in the item's run instead, as it
+    starts, while the run holds its window place; there is no gate and
+    nothing is refunded, since the units are spent on an item that runs.
     """
 
     @property
@@ -355,8 +405,8 @@ def check_stream_arguments(
         # its side effect and then failed on awaiting a plain value.
         what = getattr(run, "__qualname__", None) or repr(run)
         raise TypeError(
-            f"run must be an async function (async def, or a functools.partial of one); "
-            f"{what} is a plain function"
+            f"run must be an async function (async def, or a functools.partial of one), "
+            f"not the plain function {what}"
         )
     if not isinstance(source, (AsyncIterable, Iterable, BindsRun)):
         raise TypeError(
@@ -366,11 +416,14 @@ def check_stream_arguments(
         raise TypeError(f"drain must be a sluicegate.Drain or None, not {drain!r}")
     # A class has the methods too, unbound: RateLimit for RateLimit(5) is a slip.
     if rate is not None and (isinstance(rate, type) or not isinstance(rate, Pacer)):
-        raise TypeError(f"rate must have async acquire() and refund() (a RateLimit), not {rate!r}")
+        raise TypeError(
+            f"rate must be None or a pacer with async acquire() and refund() "
+            f"(a sluicegate.RateLimit), not {rate!r}"
+        )
     if trace is not None and (isinstance(trace, type) or not isinstance(trace, Recorder)):
         raise TypeError(
-            f"trace must have pulled(), started(), finished() and marked() (a Timeline), "
-            f"not {trace!r}"
+            f"trace must be None or a recorder with pulled(), started(), finished() and "
+            f"marked() (a sluicegate.Timeline), not {trace!r}"
         )
 
 
@@ -381,16 +434,20 @@ def check_stream_arguments(
 class _Ending:
     """How a stream is ending: what closed admission, and whether it was cut short.
 
-    ``how`` is None while admission is open (items are pulled); then it says
-    what is ending the stream, a later stage overriding an earlier one:
-    ``"end"`` (the source ran out) or ``"drain"`` (a drain closed admission),
-    then ``"cut"`` (an outside cancellation, or the consumer leaving early,
-    cut the stream short), then ``"failure"`` (a run or the source raised).
+    Written only through its verbs: :meth:`close` and :meth:`fail` (the
+    dispatcher) and :meth:`cut` (the dispatcher's close-out, and the stream
+    block when the consumer leaves).
     """
 
+    # None while admission is open (items are pulled); then what is ending the
+    # stream: "end" (the source ran out) or "drain" (a drain closed
+    # admission), then "cut" (an outside cancellation, or the consumer leaving
+    # early, cut the stream short), then "failure" (a run or the source raised).
+    # Invariant: it only moves on, to a later stage of that list. (invariants 4, 6)
     how: Literal["end", "drain", "cut", "failure"] | None = None
     # The first failure of a run or the source, raised as itself at the end,
-    # and where it came from ("by the run of item 3"), for notes. (invariant 4)
+    # and where it came from ("by the run of item 3"), for notes.
+    # Invariant: set once, exactly when how is "failure". (invariant 4)
     failure: BaseException | None = None
     where: str = ""
 
@@ -428,185 +485,177 @@ class _Ending:
 
 @attrs.define(eq=False)
 class _State:
-    """What the tasks of one stream share. Only the dispatcher's objects touch it."""
+    """The counters every task of one stream reads; each field names its one writer.
 
-    # The most runs alive at once, or None for no bound. (invariant 1)
+    "The dispatcher" is :class:`_Dispatcher`; the other objects change a
+    field only through its owner's verbs.
+    """
+
+    # The most runs alive at once, or None for no bound (or a window object).
+    # Never changes. (invariant 1)
     window: int | None
-    # Items taken from the source so far: the index the next one gets. Counts
-    # the pulls that back-pressure limits. (invariants 2, 3)
+    # Items taken from the source so far: the index the next one gets.
+    # Written by: the dispatcher's workers, while holding the pull turn (_work).
+    # Invariant: an open_stream with an int window keeps
+    # pulled <= handed + window (invariant 2); indices follow pull order (invariant 3).
     pulled: int = 0
-    # Results the open_stream consumer has taken: a place is free while
-    # pulled < handed + window. (invariant 2)
+    # Results the open_stream consumer has taken.
+    # Written by: _ToConsumer.__anext__, the consumer.
+    # Invariant: handed <= pulled. (invariant 2)
     handed: int = 0
-    # How the stream is ending, in one record: while it says nothing,
-    # admission is open. (invariants 4, 5, 6)
+    # How the stream is ending; while it says nothing, admission is open.
+    # Written by: its own verbs. (invariants 4, 5, 6)
     ending: _Ending = attrs.Factory(lambda: _Ending())
     # Tasks that can still produce a result: workers, and runs in a task of
-    # their own. When it drops to 0 the stream is over. (invariants 2, 6)
+    # their own.
+    # Written by: the dispatcher's _spawn() and _exited().
+    # Invariant: live >= 0, and once it drops to 0 the stream is over. (invariants 2, 6)
     live: int = 0
-    # Workers started so far; the pool grows up to the window. (invariant 1)
+    # Workers started so far, less those that left a window object that shrank.
+    # Written by: the dispatcher's _add_worker(), and _work() as a worker leaves.
+    # Invariant: workers <= window for an int window. (invariant 1)
     workers: int = 0
-    # Places this stream holds in a window object, each given back once; the
-    # ones still held at close-out are given back then. (invariants 1, 2)
-    held: int = 0
-    # Whether the source has been closed: it is closed exactly once. (invariant 5)
+    # Whether the source has been closed, and what closing it raised, raised
+    # (or noted) at close-out, after the runs: a drain's close failing must
+    # not cut them.
+    # Written by: the dispatcher's _close(), once. (invariants 5, 6)
     closed: bool = False
-    # What closing the source raised, raised (or noted) at close-out, after
-    # the runs: a drain's close failing must not cut them. (invariants 5, 6)
     close_error: BaseException | None = None
 
 
-class _Waiters:
-    """Tasks parked until another task wakes them, oldest first.
-
-    A trimmed-down ``trio.lowlevel.ParkingLot``: the dispatcher parks and
-    wakes a task for nearly every item, and this does only what it needs.
-    ``tasks`` is public so that the hot path can test for waiters without a
-    method call.
-    """
-
-    __slots__ = ("tasks",)
-
-    def __init__(self) -> None:
-        self.tasks: dict[trio.lowlevel.Task, None] = {}
-
-    def park(self) -> Awaitable[None]:
-        """Park the calling task; await the result at once.
-
-        Returns trio's own awaitable rather than wrapping it in a coroutine
-        of its own: one frame less on every park and every wake-up.
-        """
-        task = trio.lowlevel.current_task()
-        tasks = self.tasks
-        tasks[task] = None
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            del tasks[task]
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        return trio.lowlevel.wait_task_rescheduled(abort)  # noqa: ASYNC105 (awaited by the caller)
-
-    def wake_one(self) -> None:
-        if self.tasks:
-            task = next(iter(self.tasks))
-            del self.tasks[task]
-            trio.lowlevel.reschedule(task)
-
-    def wake_all(self) -> None:
-        tasks, self.tasks = self.tasks, {}
-        for task in tasks:
-            trio.lowlevel.reschedule(task)
-
-
 class _Turn:
-    """Who pulls next: one task at a time, and for open_stream only while a place is free.
+    """Who pulls next, and with which place: one task at a time, while a place is free.
 
     The source is touched only by the task holding the turn (async
     generators allow no more), and taking the turn is cheap when nobody else
-    holds it: a flag, not a lock, since ``trio.Lock`` always checkpoints.
+    holds it: a flag, not a lock, since ``trio.Lock`` always checkpoints. A
+    task takes it with :meth:`take` (or :meth:`wait_alone`) and gives it up
+    with :meth:`leave`, in a ``finally``. (Not a ``with`` block: on CPython
+    3.11 a context manager written in Python costs about 1,700 instructions
+    more per item than the call, 5% of a no-op item; docs/performance.md.)
+    With a window object the turn also keeps the places the stream holds,
+    and frees them: as runs end, or for ``open_stream`` as the consumer
+    takes results (:meth:`result_taken`).
     """
 
     __slots__ = (
         "busy",
         "cut",
         "for_place",
+        "held",
         "limit",
+        "placeless",
         "places",
         "queue",
+        "queued",
         "scope",
         "state",
         "waking",
     )
 
-    def __init__(self, state: _State, limit: int | None) -> None:
+    def __init__(self, state: _State, limit: int | None, places: WindowLike | None) -> None:
         self.state = state
-        # A window object, whose places bound the pulls instead of limit.
-        self.places: WindowLike | None = None
-        # open_stream's window: pulls may run at most this far ahead of the
+        # open_stream's int window: pulls may run at most this far ahead of the
         # results handed over; None where the worker pool bounds them already
-        # (run_stream) or nothing does (window=None). (invariant 2)
+        # (run_stream) or nothing does (window=None). Never changes. (invariant 2)
         self.limit = limit
+        # A window object, whose places bound the pulls instead. Never changes.
+        self.places = places
+        # Places of the window object this stream holds.
+        # Written by: took_place() and give_back().
+        # Invariant: 0 <= held, and every place is given back once: held is 0
+        # when the stream has ended. (invariants 1, 2)
+        self.held = 0
         # A task holds the turn.
+        # Written by: take(), wait_alone() and leave().
+        # Invariant: one task at most holds it, and only that task touches
+        # the source. (invariant 2)
         self.busy = False
-        # Tasks waiting for the turn, and tasks that found no free place
-        # (with a window object: all but the one waiting in the window).
-        self.queue = _Waiters()
-        self.for_place = _Waiters()
+        # The cancel scope of the task holding the turn: a drain cancels it to
+        # cut that task's wait on the source or the pacer. Each worker owns one
+        # scope for its whole life: a scope per pull would cost more than the
+        # rest of the pull.
+        # Written by: take() and leave().
+        # Invariant: None unless busy (and None for the drain's closer).
+        self.scope: trio.CancelScope | None = None
+        # The scope a drain cut: an item that arrives under it anyway is run in
+        # a task of its own, not dropped.
+        # Written by: cut_pull(). (invariant 6)
+        self.cut: trio.CancelScope | None = None
+        # Tasks waiting for the turn, and tasks that found no free place (with
+        # a window object: all but the one waiting in the window).
+        # Written by: their park() (by the waiting task) and unpark().
+        self.queue = trio.lowlevel.ParkingLot()
+        self.for_place = trio.lowlevel.ParkingLot()
+        # The tasks in each of the two waits, counted by the waiting task
+        # around its park, so that it counts a task woken (or cancelled)
+        # until that task runs again: while a count is 0 its lot is empty,
+        # and the turn, left once per item, asks the lot nothing (a lot's
+        # emptiness is a Python call).
+        # Written by: the waiting task (wait(), wait_alone(), wait_for_place()).
+        # Invariant: queued >= len(queue) >= 0 and placeless >= len(for_place) >= 0.
+        self.queued = 0
+        self.placeless = 0
         # A task woken from for_place has not run yet: places freed meanwhile
         # wait for it, or for a worker whose run ends, rather than each waking
-        # a task of its own (see wake_for_place). (invariant 2)
+        # a task of its own (see wake_for_place).
+        # Written by: wake_for_place(), pass_on(), result_taken() and the woken
+        # task (wait(), wait_for_place()).
+        # Invariant: while true, one task woken from for_place has yet to run. (invariant 2)
         self.waking = False
-        # The long-lived cancel scope of the task waiting on the source (or on
-        # the pacer) while it holds the turn: a drain cancels it to cut that
-        # wait. A scope per pull would cost more than the rest of the pull.
-        self.scope: trio.CancelScope | None = None
-        # The scope a drain cancelled: an item that arrives under it anyway is
-        # run in a task of its own, not dropped. (invariant 6)
-        self.cut: trio.CancelScope | None = None
 
-    def take(self) -> bool:
-        """Take the turn if it is free and a place is too; False if not."""
+    # -- the turn -----------------------------------------------------------------
+
+    def take(self, scope: trio.CancelScope) -> bool:
+        """Take the turn if it is free and a place is too; False if not.
+
+        ``scope`` is the taker's long-lived cancel scope, which a drain
+        cancels (:meth:`cut_pull`) to cut a wait on the source or the pacer.
+        """
         if self.busy:
             return False
         limit = self.limit
         if limit is not None and self.state.pulled >= self.state.handed + limit:
             return False  # invariant 2
         self.busy = True
+        self.scope = scope
         return True
 
     async def wait(self) -> None:
         """Wait in the right queue after :meth:`take` said no; then try again."""
         if self.busy:
-            await self.queue.park()
+            self.queued += 1
+            try:
+                await self.queue.park()
+            finally:
+                self.queued -= 1
         else:
-            await self.for_place.park()
-            self.waking = False
-
-    def wake_for_place(self) -> None:
-        """Places were freed: wake one task waiting for one, unless one is already woken.
-
-        The woken task pulls, and wakes the next while places are left
-        (:meth:`pass_on`, when it leaves the turn); meanwhile a worker whose
-        run ends takes a free place without parking at all. So the places a
-        consumer frees in one go share one wake-up instead of costing one
-        each.
-        """
-        if not self.waking:
-            self.waking = True
-            self.for_place.wake_one()
+            # What wait_for_place() does, without a coroutine of its own.
+            self.placeless += 1
+            try:
+                await self.for_place.park()
+                self.waking = False
+            finally:
+                self.placeless -= 1
 
     async def wait_alone(self) -> None:
-        """Take the turn without a place: to close the source, not to pull."""
+        """Take the turn without a place or a scope: to close the source, not to pull."""
         while self.busy:
-            await self.queue.park()
+            self.queued += 1
+            try:
+                await self.queue.park()
+            finally:
+                self.queued -= 1
         self.busy = True
 
     def leave(self) -> None:
         """Give the turn up: to the next task waiting for it, and pass a wake-up on."""
         self.busy = False
-        if self.queue.tasks:
-            self.queue.wake_one()
-        if self.for_place.tasks:
+        self.scope = None
+        if self.queued:
+            self.queue.unpark()
+        if self.placeless:
             self.pass_on()
-
-    def pass_on(self) -> None:
-        """Wake a task waiting for a place if one is free, or if admission is over.
-
-        Admission over, the waiters must leave, each waking the next.
-        (invariant 2)
-        """
-        if not self.for_place.tasks:
-            return
-        state = self.state
-        places = self.places
-        if state.ending.how is not None:
-            pass
-        elif places is not None:
-            if places.in_flight >= places.size:
-                return
-        elif self.limit is not None and state.pulled >= state.handed + self.limit:
-            return
-        self.wake_for_place()
 
     def cut_pull(self) -> None:
         """Cancel the wait of whoever is pulling now. (invariant 6)"""
@@ -617,7 +666,77 @@ class _Turn:
     @property
     def idle(self) -> bool:
         """Nobody is waiting to pull."""
-        return not self.queue.tasks and not self.for_place.tasks
+        return not (self.queued and self.queue) and not (self.placeless and self.for_place)
+
+    # -- places -------------------------------------------------------------------
+
+    async def wait_for_place(self) -> None:
+        """Wait until a task that frees a place passes a wake-up on (:meth:`pass_on`)."""
+        self.placeless += 1
+        try:
+            await self.for_place.park()
+            self.waking = False
+        finally:
+            self.placeless -= 1
+
+    def wake_for_place(self) -> None:
+        """Places were freed: wake one task waiting for one, unless one is already woken.
+
+        The woken task pulls, and wakes the next while places are left
+        (:meth:`pass_on`, when it leaves the turn); meanwhile a worker whose
+        run ends takes a free place without parking at all. So the places a
+        consumer frees in one go share one wake-up instead of costing one
+        each.
+        """
+        if self.placeless and not self.waking:
+            self.waking = bool(self.for_place.unpark())
+
+    def pass_on(self) -> None:
+        """Wake a task waiting for a place if one is free, or if admission is over.
+
+        Admission over, the waiters must leave, each waking the next.
+        (invariant 2)
+        """
+        if not self.placeless:
+            return
+        state = self.state
+        places = self.places
+        if state.ending.how is not None:
+            pass
+        elif places is not None:
+            if places.in_flight >= places.size:
+                return
+        elif self.limit is not None and state.pulled >= state.handed + self.limit:
+            return
+        if not self.waking:
+            self.waking = bool(self.for_place.unpark())
+
+    def took_place(self) -> None:
+        """A place of the window object was taken for this stream."""
+        self.held += 1
+
+    def give_back(self) -> None:
+        """Give one place back to the window object. (invariants 1, 2)"""
+        self.held -= 1
+        assert self.held >= 0, "a place was given back twice"
+        self.places.release()  # type: ignore[union-attr]
+
+    def give_all_back(self) -> None:
+        """The stream is over: give back the places results nobody took, or runs cut short, held.
+
+        The window outlives this stream. (invariant 1)
+        """
+        while self.held:
+            self.give_back()
+
+    def result_taken(self) -> None:
+        """The open_stream consumer took a result: its place is free. (invariant 2)"""
+        if self.places is not None:
+            self.give_back()
+            self.pass_on()
+        elif self.placeless and not self.waking:
+            # One more may pull: what wake_for_place() does, without a call per item.
+            self.waking = bool(self.for_place.unpark())
 
 
 # -- handing results over: three ways -----------------------------------------------
@@ -639,6 +758,9 @@ class _AsReturned(Generic[T, R]):
         self.state = state
         self.keep = sink
 
+    def bind(self, turn: _Turn) -> None:
+        pass  # a place frees as its run returns: the dispatcher sees to it
+
     def ended(self) -> None:
         pass
 
@@ -649,6 +771,8 @@ class _ResultList(Generic[R]):
     __slots__ = ("results",)
 
     def __init__(self) -> None:
+        # Written by: keep(), as each run returns.
+        # Invariant: results[i] is item i's value once its run has returned. (invariant 3)
         self.results: list[Any] = []
 
     def keep(self, index: int, item: object, value: R) -> None:
@@ -679,59 +803,71 @@ class _ToConsumer(Generic[T, R]):
 
     def __init__(self, state: _State) -> None:
         self.state = state
-        # Pulls may run this far ahead of the results handed over. (invariant 2)
+        # Pulls may run this far ahead of the results handed over. Never
+        # changes. (invariant 2)
         self.limit = state.window
-        # Whose for_place waiters a hand-over wakes; set by the dispatcher.
-        self.turn: _Turn | None = None
-        # A window object: a result holds its place until taken. (invariant 2)
-        self.places: WindowLike | None = None
-        # Finished runs not handed over yet, by rank: at most window of them.
-        # (invariants 2, 3)
+        # The turn whose places a hand-over frees.
+        # Written by: bind(), once, by the dispatcher serving this hand-over.
+        self._turn: _Turn | None = None
+        # Finished runs not handed over yet, by rank.
+        # Written by: keep() (the workers, as runs return) and __anext__ (the
+        # consumer, as it takes one).
+        # Invariant: at most window of them. (invariants 2, 3)
         self.ready: dict[int, Done[T, R]] = {}
         # Consumers waiting for the next result (one, unless the consumer
-        # shares the iterator between tasks).
-        self.consumers = _Waiters()
+        # shares the iterator between tasks), and how many of them are in
+        # __anext__'s wait, woken or not yet back: while it is 0 a kept result
+        # wakes nobody without asking the lot (a Python call, once per item).
+        # Written by: their park() in __anext__, and keep()/ended() waking them;
+        # waiting by __anext__, around the park.
+        # Invariant: waiting >= len(consumers) >= 0.
+        self.consumers = trio.lowlevel.ParkingLot()
+        self.waiting = 0
         # The consumer freed places since it last parked (see __anext__).
+        # Written by: __anext__.
         self._took = False
         # The async with block has been left: a result read now would be one
         # that finished as the stream was being torn down.
-        self.exited = False
+        # Written by: left(), once, by the stream block.
+        self._left = False
+
+    def bind(self, turn: _Turn) -> None:
+        """Hand over for the stream ``turn`` admits: a result taken frees its place there."""
+        self._turn = turn
+
+    def left(self) -> None:
+        """The async with block was left: reading results is an error from now on."""
+        self._left = True
 
     def keep(self, index: int, item: T, value: R) -> None:
         raise NotImplementedError
 
     def ended(self) -> None:
         """Nothing will be kept any more: let every waiting consumer see the end."""
-        self.consumers.wake_all()
+        self.consumers.unpark_all()
 
     def __aiter__(self) -> _ToConsumer[T, R]:
         return self
 
     async def __anext__(self) -> Done[T, R]:
         state = self.state
-        turn = self.turn
+        turn = self._turn
         assert turn is not None
-        if self.exited:
+        if self._left:
             raise RuntimeError(
                 "the results of open_stream(...) can be read only inside its async with block"
             )
         while True:
-            # No schedule point between taking a result and returning it: the
+            # A cancelled consumer gets no more results; otherwise there is no
+            # schedule point between taking a result and returning it: the
             # worker whose place that frees must not pull before the consumer
-            # actually holds the result (invariant 2). A cancelled consumer
-            # gets no more results, though.
-            if cancel_status().effectively_cancelled:
-                await trio.lowlevel.checkpoint()
+            # actually holds the result (invariant 2).
+            await trio.lowlevel.checkpoint_if_cancelled()
             done = self.ready.pop(state.handed, None)
             if done is not None:
                 state.handed += 1
                 self._took = True
-                if self.places is not None:
-                    state.held -= 1
-                    self.places.release()  # the same, through the window object
-                    turn.pass_on()
-                elif turn.for_place.tasks:
-                    turn.wake_for_place()  # a place is free: one more may pull
+                turn.result_taken()
                 return done
             if state.live == 0:
                 raise StopAsyncIteration
@@ -742,7 +878,11 @@ class _ToConsumer(Generic[T, R]):
                 self._took = False
                 await trio.lowlevel.checkpoint()
                 continue
-            await self.consumers.park()
+            self.waiting += 1
+            try:
+                await self.consumers.park()
+            finally:
+                self.waiting -= 1
 
 
 class _Ordered(_ToConsumer[T, R]):
@@ -750,8 +890,8 @@ class _Ordered(_ToConsumer[T, R]):
 
     def keep(self, index: int, item: T, value: R) -> None:
         self.ready[index] = Done(index, item, value)
-        if index == self.state.handed and self.consumers.tasks:
-            self.consumers.wake_one()
+        if self.waiting and index == self.state.handed:
+            self.consumers.unpark()
 
 
 class _Unordered(_ToConsumer[T, R]):
@@ -760,13 +900,14 @@ class _Unordered(_ToConsumer[T, R]):
     def __init__(self, state: _State) -> None:
         super().__init__(state)
         # Runs finished so far: the rank the next finished run gets.
+        # Written by: keep().
         self._finished = 0
 
     def keep(self, index: int, item: T, value: R) -> None:
         self.ready[self._finished] = Done(index, item, value)
         self._finished += 1
-        if self.consumers.tasks:
-            self.consumers.wake_one()
+        if self.waiting:
+            self.consumers.unpark()
 
 
 # -- the dispatcher -----------------------------------------------------------------
@@ -794,30 +935,34 @@ class _Dispatcher(Generic[T, R]):
         # What the stream's tasks share, and the two mechanisms built on it.
         self.state = state = handover.state
         self.handover = handover
-        self.turn = _Turn(state, handover.limit)
         # A window object, or None for an int window or none. (invariant 1)
-        self.places = self.turn.places = places
+        self.places = places
+        self.turn = _Turn(state, handover.limit, places)
+        handover.bind(self.turn)
         # Whether a run's place waits for the consumer to take its result.
         self._held_until_taken = isinstance(handover, _ToConsumer)
-        if isinstance(handover, _ToConsumer):
-            handover.turn = self.turn
-            handover.places = places
         # The cancel scopes of the workers waiting for a place of the window
-        # object: the end of admission ends their wait. (invariants 4, 6)
+        # object: the end of admission ends their wait.
+        # Written by: _take_place(), around that wait.
+        # Invariant: one at most; the stream's other workers wait in the
+        # turn for the wake-up it passes on. (invariants 4, 6)
         self._seeking: dict[trio.CancelScope, None] = {}
         # The caller's options, each None when not given (and then free).
+        # Never change.
         self._drain = drain
         self._rate = rate
         self._trace = trace
         # Where workers, runs of their own and the drain's closer run.
+        # Written by: start(), once.
         self._nursery: trio.Nursery | None = None
         if isinstance(source, BindsRun):
             # The source may hold work of its own (a buffer of follow-ups):
             # it asks whether admission is still open before handing any out.
             source, run = source.bind_run(run, admitting=self._admitting, drained=self._drained)
         self._run = run
-        # The source, as exactly one of the two: only the turn's holder
-        # touches it (invariant 2), and _close closes it (invariant 5).
+        # The source, as exactly one of the two; never changes. Only the
+        # turn's holder touches it (invariant 2), and _close closes it
+        # (invariant 5).
         self._aiter: AsyncIterator[T] | None = None
         self._iter: Iterator[T] | None = None
         if isinstance(source, AsyncIterable):
@@ -870,12 +1015,13 @@ class _Dispatcher(Generic[T, R]):
         await trio.lowlevel.checkpoint_if_cancelled()
         # A pull that completes in the instant the drain was requested
         # completes, and its item runs; one still waiting is cut.
-        self.turn.cut_pull()
-        await self.turn.wait_alone()
+        turn = self.turn
+        turn.cut_pull()
+        await turn.wait_alone()
         try:
             await self._close()
         finally:
-            self.turn.leave()
+            turn.leave()
         # A failure to close is no failure of the work: the runs in flight
         # still finish (invariant 6), and close-out raises it afterwards.
         if self.state.close_error is not None:
@@ -888,6 +1034,7 @@ class _Dispatcher(Generic[T, R]):
         ending = self.state.ending
         if ending.fail(exc, where):
             exc.add_note(f"sluicegate: raised {where}")
+            note_asyncio_on_trio(exc)
             self._end_waits_for_places()
             if self._trace is not None:
                 self._trace.marked("failure")
@@ -900,120 +1047,49 @@ class _Dispatcher(Generic[T, R]):
             assert ending.failure is not None
             ending.failure.add_note(f"raised {where}, also failed: {exc!r}")
 
-    # -- pulling ------------------------------------------------------------------
+    # -- places -------------------------------------------------------------------
 
-    async def _pull(self, scope: trio.CancelScope) -> tuple[int, T] | None:
-        """Take the next item while holding the turn, or None when admission is over.
+    async def _take_place(self, scope: trio.CancelScope) -> bool:
+        """Take a place of the window object before pulling; False once admission is over.
 
-        ``scope`` is the caller's own long-lived cancel scope, which a drain
-        cancels to cut a wait on the source or on the pacer.
+        The place comes before the pull, the end-of-stream pull too.
+        ``scope`` is the worker's own, which the end of admission cancels
+        while it waits in the window. (invariant 2)
         """
-        state = self.state
-        turn = self.turn
         places = self.places
-        # A place of the window object taken and not spent on an item yet.
-        place = False
-        if places is not None:
-            # The place comes before the pull, the end-of-stream pull too. (invariant 2)
-            while not places.acquire_nowait():
-                if state.ending.how is not None:
-                    turn.pass_on()
-                    return None
-                if self._seeking:
-                    # One worker of this stream waits in the window; the rest
-                    # wait here for the wake-up passed on (_Turn.pass_on).
-                    await turn.for_place.park()
-                    turn.waking = False
-                    continue
-                self._seeking[scope] = None
-                try:
-                    await places.acquire()
-                finally:
-                    del self._seeking[scope]
-                break
-            if turn.for_place.tasks and not self._seeking:
-                # Whoever waits here needs one of them to wait in the window:
-                # the places other streams free go to the window's waiters,
-                # and the stream must keep its turn among them.
-                turn.wake_for_place()
-            state.held += 1
-            place = True
-        try:
-            while not turn.take():
-                await turn.wait()  # invariant 2
-        except BaseException:
-            if place:
-                self._give_back()
-            raise
-        # A token taken from the pacer and not spent on an item that runs yet.
-        token = False
-        try:
-            if state.ending.how is not None:
-                return None  # invariants 4, 6
-            if self._rate is not None:
-                turn.scope = scope
-                try:
-                    await self._rate.acquire()
-                finally:
-                    turn.scope = None
-                token = True
-                if state.ending.how is not None:
-                    return None
-            index = state.pulled
-            if self._iter is not None:
-                try:
-                    item = next(self._iter)
-                except StopIteration:
-                    self._stop_admitting("end")
-                    return None
-            else:
-                turn.scope = scope
-                try:
-                    item = await anext(self._aiter)  # type: ignore[arg-type]
-                except StopAsyncIteration:
-                    self._stop_admitting("end")
-                    return None
-                finally:
-                    turn.scope = None
-            if state.ending.failure is not None:
-                # The item arrived in the same instant as a run failed:
-                # nothing starts after a failure. (invariant 4)
-                return None
-            token = place = False
-            state.pulled = index + 1
-            if self._trace is not None:
-                self._trace.pulled(index, item)
-            if turn.cut is scope:
-                # A drain cut this pull, but the item had already arrived.
-                # Taken from the source, it must run, yet not under the
-                # cancelled scope: it gets a task of its own. (invariant 6)
-                self._spawn(self._run_one, index, item)
-                return None
-            return index, item
-        except Exception as exc:
-            self._fail(exc, f"by the source while pulling item {state.pulled}")
-            return None
-        finally:
-            if token:
-                self._rate.refund()  # type: ignore[union-attr]
-            if place:
-                self._give_back()
-            turn.leave()
+        assert places is not None
+        turn = self.turn
+        while not places.acquire_nowait():
+            if self.state.ending.how is not None:
+                turn.pass_on()
+                return False
+            if self._seeking:
+                # One worker of this stream waits in the window; the rest
+                # wait here for the wake-up passed on (_Turn.pass_on).
+                await turn.wait_for_place()
+                continue
+            self._seeking[scope] = None
+            try:
+                await places.acquire()
+            finally:
+                del self._seeking[scope]
+            break
+        if not self._seeking:
+            # Whoever waits here needs one of them to wait in the window: the
+            # places other streams free go to the window's waiters, and the
+            # stream must keep its turn among them.
+            turn.wake_for_place()
+        turn.took_place()
+        return True
 
     # -- running ------------------------------------------------------------------
-
-    def _give_back(self) -> None:
-        """Give one place back to the window object. (invariants 1, 2)"""
-        self.state.held -= 1
-        self.places.release()  # type: ignore[union-attr]
 
     def _ran(self, elapsed: float, error: BaseException | None) -> None:
         """A run under a window object returned or raised: free its place, tell the window."""
         places = self.places
         assert places is not None
         if error is not None or not self._held_until_taken:
-            self.state.held -= 1
-            places.release()  # else the consumer frees it (invariant 2)
+            self.turn.give_back()  # else the consumer frees it (invariant 2)
         if error is None or not isinstance(error, trio.Cancelled):
             places.observe(elapsed, error)
 
@@ -1026,19 +1102,26 @@ class _Dispatcher(Generic[T, R]):
         state = self.state
         places = self.places
         assert places is not None
-        if self.turn.for_place.tasks:
-            self.turn.pass_on()  # a worker waiting for a place takes one
+        turn = self.turn
+        if turn.for_place:
+            turn.pass_on()  # a worker waiting for a place takes one
             return
         if (
             state.ending.how is None
             and state.live
             and not self._seeking
-            and not self.turn.busy
-            and self.turn.idle
+            and not turn.busy
+            and turn.idle
             and state.workers < places.size
         ):
-            state.workers += 1
-            self._spawn(self._work)
+            self._add_worker()
+
+    def _add_worker(self) -> None:
+        """Start one more worker. (invariant 1)"""
+        state = self.state
+        state.workers += 1
+        assert state.window is None or state.workers <= state.window
+        self._spawn(self._work)
 
     def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         assert self._nursery is not None
@@ -1049,6 +1132,7 @@ class _Dispatcher(Generic[T, R]):
         """A worker, or a run in a task of its own, is gone."""
         state = self.state
         state.live -= 1
+        assert state.live >= 0
         if state.live == 0:
             # Nothing will produce again: every waiting consumer must see the end.
             self.handover.ended()
@@ -1064,44 +1148,141 @@ class _Dispatcher(Generic[T, R]):
             self._fail(exc, f"by the run of item {index}")
 
     async def _work(self) -> None:
-        """One worker: pull, run, hand over, until admission ends.
+        """One worker: take a place and the turn, pull, run, hand over; until admission ends.
 
         With a window each worker runs its items itself, and the pool grows
         by one whenever a worker finds nobody waiting to pull after it: up to
         an int window, or while a window object has free places (a worker
         leaves when the pool is larger than its size). With ``window=None``
         the one worker only pulls, and gives each item a task of its own.
+        Any way the pull yields no item to run (admission over, the end of
+        the source, a failure, a drain cutting it), the worker leaves.
+
+        The pull is written out here, not in a method of its own: a coroutine
+        call costs about 1,300 instructions, 4% of a no-op item.
         """
         state = self.state
+        ending = state.ending
         turn = self.turn
         run = self._run
         keep = self.handover.keep
         window = state.window
         places = self.places
         trace = self._trace
+        rate = self._rate
+        # Whether this worker runs the items it pulls; with window=None each
+        # item runs in a task of its own.
+        runs_here = window is not None or places is not None
+        source = self._iter
+        feed = self._aiter
         passes = 0
         began = 0.0
         # The clock's own method, fetched once: trio.current_time() looks the
         # clock up on every call. Only a window object is told durations.
         now = trio.lowlevel.current_clock().current_time
-        held_until_taken = self._held_until_taken
         # What current_window() answers in the runs of this worker.
         CURRENT_WINDOW.set(places)
         set_index = CURRENT_INDEX.set
         try:
             with trio.CancelScope() as scope:
-                status = cancel_status()
+                # This scope is the one a drain cancels (through the turn) to
+                # cut this worker's wait on the source or the pacer.
                 while True:
+                    # Runs that shield themselves or swallow Cancelled must not
+                    # keep a cancelled worker pulling (invariant 7); a source
+                    # and runs that never block must still let the scheduler in.
                     passes += 1
-                    if status.effectively_cancelled or not passes % YIELD_EVERY:
-                        # Runs that shield themselves or swallow Cancelled
-                        # must not keep a cancelled worker pulling (invariant 7);
-                        # a source and runs that never block must still let
-                        # the scheduler in.
-                        await trio.lowlevel.checkpoint()
-                    pulled = await self._pull(scope)
-                    if pulled is None:
+                    await pace(passes)
+                    # A place of the window object taken and not spent on an item yet.
+                    place = False
+                    if places is not None:
+                        if not await self._take_place(scope):
+                            return
+                        place = True
+                    try:
+                        while not turn.take(scope):
+                            await turn.wait()  # invariant 2
+                    except BaseException:
+                        if place:
+                            turn.give_back()
+                        raise
+                    # The pull, in the turn.
+                    try:
+                        if ending.how is not None:
+                            return  # invariants 4, 6
+                        if rate is not None:
+                            # The gate: no item leaves the source before one
+                            # could start. The token goes back at once; the item
+                            # takes its own as it starts, below. (Pacer)
+                            try:
+                                await rate.acquire()
+                            except Exception as exc:
+                                where = f"by the rate pacer before pulling item {state.pulled}"
+                                self._fail(exc, where)
+                                return
+                            rate.refund()
+                            if ending.how is not None:
+                                return
+                        index = state.pulled
+                        if source is not None:
+                            try:
+                                item = next(source)
+                            except StopIteration:
+                                self._stop_admitting("end")
+                                return
+                        else:
+                            try:
+                                item = await anext(feed)  # type: ignore[arg-type]
+                            except StopAsyncIteration:
+                                self._stop_admitting("end")
+                                return
+                        if ending.failure is not None:
+                            # The item arrived in the same instant as a run
+                            # failed: nothing starts after a failure. (invariant 4)
+                            return
+                        state.pulled = index + 1
+                        if trace is not None:
+                            trace.pulled(index, item)
+                        # The item's token, taken in the instant it starts: one
+                        # taken before a pull that waited on the source would be
+                        # older than the start, and the burst the pacer refilled
+                        # meanwhile would start on top of it. An item that runs
+                        # in a task of its own takes it there. (Pacer)
+                        due = rate is not None
+                        if rate is not None and runs_here and turn.cut is not scope:
+                            try:
+                                await rate.acquire()
+                            except Exception as exc:
+                                self._fail(exc, f"by the rate pacer before item {index} started")
+                                return
+                            except BaseException:
+                                if turn.cut is scope:
+                                    # A drain cut the wait for the token: the
+                                    # item runs all the same, once its own task
+                                    # has one. (invariant 6)
+                                    place = False
+                                    self._spawn(self._run_one, index, item, True)
+                                raise
+                            due = False
+                            if ending.failure is not None:
+                                rate.refund()
+                                return  # invariant 4
+                        place = False
+                        if turn.cut is scope:
+                            # A drain cut this pull, but the item had already
+                            # arrived. Taken from the source, it must run, yet
+                            # not under the cancelled scope: it gets a task of
+                            # its own. (invariant 6)
+                            self._spawn(self._run_one, index, item, due)
+                            return
+                    except Exception as exc:
+                        self._fail(exc, f"by the source while pulling item {state.pulled}")
                         return
+                    finally:
+                        if place:
+                            turn.give_back()
+                        turn.leave()
+                    # The run.
                     if places is not None:
                         # Grow while places are free; the window object bounds
                         # the runs, the size the workers. (invariant 1)
@@ -1110,16 +1291,13 @@ class _Dispatcher(Generic[T, R]):
                             and places.in_flight < places.size
                             and turn.idle
                         ):
-                            state.workers += 1
-                            self._spawn(self._work)
+                            self._add_worker()
                         began = now()
                     elif window is None:
-                        self._spawn(self._run_one, *pulled)
+                        self._spawn(self._run_one, index, item, due)
                         continue
                     elif state.workers < window and turn.idle:
-                        state.workers += 1  # invariant 1
-                        self._spawn(self._work)
-                    index, item = pulled
+                        self._add_worker()
                     set_index(index)
                     if trace is not None:
                         trace.started(index)
@@ -1135,12 +1313,7 @@ class _Dispatcher(Generic[T, R]):
                     if trace is not None:
                         trace.finished(index, None)
                     if places is not None:
-                        # What _ran does, inline on this path: a window
-                        # object costs little more per item than an int.
-                        if not held_until_taken:
-                            state.held -= 1
-                            places.release()
-                        places.observe(now() - began, None)
+                        self._ran(now() - began, None)
                         keep(index, item, value)
                         if state.workers > places.size:
                             # The window shrank: this worker is one too many.
@@ -1151,12 +1324,27 @@ class _Dispatcher(Generic[T, R]):
         finally:
             self._exited()
 
-    async def _run_one(self, index: int, item: T) -> None:
-        """Run one item in a task of its own (``window=None``, or an item a drain cut)."""
+    async def _run_one(self, index: int, item: T, due: bool = False) -> None:
+        """Run one item in a task of its own (``window=None``, or an item a drain cut).
+
+        ``due``: the item has no token of the pacer yet; it takes one here, in
+        the instant it starts (see :meth:`_work`).
+        """
         try:
             if self.state.ending.failure is not None:
                 return  # spawned before a failure, first scheduled after it (invariant 4)
             await trio.lowlevel.checkpoint_if_cancelled()  # invariant 7
+            if due:
+                assert self._rate is not None
+                try:
+                    await self._rate.acquire()
+                except Exception as exc:
+                    # Recorded, not raised into the nursery, like a run's.
+                    self._fail(exc, f"by the rate pacer before item {index} started")
+                    return
+                if self.state.ending.failure is not None:
+                    self._rate.refund()
+                    return  # invariant 4
             CURRENT_INDEX.set(index)
             if self._trace is not None:
                 self._trace.started(index)
@@ -1191,8 +1379,7 @@ class _Dispatcher(Generic[T, R]):
         # One worker to start with; with a window, each adds another when it
         # finds nobody waiting to pull after it, up to the window. A large
         # window over a short source then costs nothing up front.
-        self.state.workers = 1
-        self._spawn(self._work)
+        self._add_worker()
 
     def stop(self) -> None:
         """The stream is over: a later drain request must not reach it."""
@@ -1200,10 +1387,7 @@ class _Dispatcher(Generic[T, R]):
             self._drain._unsubscribe(self._on_drain)
         if self.places is not None:
             self.places.unsubscribe(self._on_grow)
-            # Places still held by results nobody took, or by runs cut
-            # short: the window outlives this stream. (invariant 1)
-            while self.state.held:
-                self._give_back()
+            self.turn.give_all_back()  # invariant 1
 
     async def _close(self) -> None:
         """Close the source, once; keep what closing raised for close-out. (invariant 5)"""
@@ -1275,10 +1459,14 @@ class _StreamBlock(Generic[H]):
     def __init__(
         self, handover: H, setup: Callable[[H], _Dispatcher[Any, Any]], *, stop_on_exit: bool
     ) -> None:
+        # What the block was built with. Never change.
         self._handover = handover
         self._setup = setup
         self._stop_on_exit = stop_on_exit
         self._nursery_manager = trio.open_nursery()
+        # The nursery and the dispatcher of the one stream this block runs.
+        # Written by: __aenter__, once.
+        # Invariant: set before any worker starts; a block is entered once.
         self._nursery: trio.Nursery | None = None
         self._dispatch: _Dispatcher[Any, Any] | None = None
 
@@ -1311,7 +1499,7 @@ class _StreamBlock(Generic[H]):
         dispatch = self._dispatch
         assert dispatch is not None and self._nursery is not None
         if isinstance(self._handover, _ToConsumer):
-            self._handover.exited = True
+            self._handover.left()
         if self._stop_on_exit:
             # The consumer left: leaving, however it happens, ends the runs.
             if dispatch.state.live:
@@ -1362,6 +1550,7 @@ def _open_block(
     trace: Recorder | None,
 ) -> _StreamBlock[H]:
     """Check the arguments now, before the source is touched; start the stream on entry."""
+    refuse_outside_trio()
     check_stream_arguments(source, run, window, rate, trace, drain)
     if isinstance(rate, PricedPacer) and rate.cost is not None:
         # A pacer that prices each item (RateLimit(cost=...)) needs the item,
@@ -1404,8 +1593,8 @@ async def run_stream(
         drain: Optional :class:`Drain`; requesting it stops admission and
             makes the call return what the in-flight runs produce.
         rate: Optional pacer (a :class:`~sluicegate.RateLimit`, or anything
-            with ``async acquire()`` and ``refund()``) awaited before each
-            pull; see :class:`Pacer`. One pacer may bound several streams.
+            with ``async acquire()`` and ``refund()``) that each item's start
+            waits for; see :class:`Pacer`. One pacer may bound several streams.
         trace: Optional recorder (a :class:`~sluicegate.Timeline`) told of
             every pull, start, finish, drain, failure and close; see
             :class:`Recorder`.

@@ -34,21 +34,33 @@ class Take(Generic[T]):
     """
 
     def __init__(self, source: AsyncIterable[T] | Iterable[T], n: int) -> None:
+        # Items this iterator may still hand out.
+        # Written by: __anext__, one less per item handed out.
+        # Invariant: 0 <= _remaining <= n; at 0 the source is closed.
         self._remaining = check_count(n, "n")
-        self._aiter: AsyncIterator[T] | None = None
-        self._iter: Iterator[T] | None = None
+        # The source, as exactly one of the two. Never changes.
         # Asking for the iterator does not start a generator or a feed; the
         # first pull does, and n == 0 never makes one.
+        self._aiter: AsyncIterator[T] | None = None
+        self._iter: Iterator[T] | None = None
         if isinstance(source, AsyncIterable):
             self._aiter = aiter(source)
         elif isinstance(source, Iterable):
             self._iter = iter(source)
         else:
             raise TypeError(
-                f"take() needs an iterable or async iterable, not {type(source).__name__}"
+                f"source must be an iterable or async iterable, not {type(source).__name__}"
             )
+        # The source has been closed, or is being closed: nothing is pulled again.
+        # Written by: aclose() and __anext__ (when a pull raised), each once.
+        # Invariant: the source is closed exactly once, on the first write.
         self._closed = False
+        # A task is pulling now.
+        # Written by: __anext__, around the pull.
+        # Invariant: at most one pull at a time (a second raises BusyResourceError).
         self._pulling = False
+        # Pulls made from a sync source, which pace() turns into checkpoints.
+        # Written by: __anext__.
         self._pulls = 0
 
     @property
@@ -98,6 +110,7 @@ class Take(Generic[T]):
             await self.aclose()
             raise StopAsyncIteration
         self._remaining -= 1
+        assert self._remaining >= 0
         if self._remaining == 0:
             # Release the source as soon as the last wanted item is in hand,
             # rather than whenever the consumer next asks.

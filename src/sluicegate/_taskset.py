@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar, cast, final
 import attrs
 import trio
 
-from ._checks import check_count
+from ._checks import check_count, check_text
 from ._take import take
 from ._util import ChannelSource, close_after, close_source, pace
 
@@ -72,9 +72,7 @@ class Task:
         Raises:
             TypeError: ``text`` is not a str.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"system prompt must be a str, not {type(text).__name__}")
-        return attrs.evolve(self, system_prompt=text)
+        return attrs.evolve(self, system_prompt=check_text(text, "text"))
 
 
 class Taskset(Generic[T_co]):
@@ -238,7 +236,7 @@ class Taskset(Generic[T_co]):
                 "shuffle up to; take a head(n) of it first"
             )
         if isinstance(seed, bool) or not isinstance(seed, (int, str, bytes)):
-            raise TypeError(f"shuffle seed must be an int, str or bytes, not {seed!r}")
+            raise TypeError(f"seed must be an int, str or bytes, not {seed!r}")
         return _Shuffle(self, seed)
 
     def map(self, fn: Callable[[T_co], U]) -> Taskset[U]:
@@ -251,7 +249,7 @@ class Taskset(Generic[T_co]):
             TypeError: ``fn`` is not callable.
         """
         if not callable(fn):
-            raise TypeError(f"map() needs a callable, not {fn!r}")
+            raise TypeError(f"fn must be callable, not {fn!r}")
         return _Map(self, fn, f"map({getattr(fn, '__qualname__', fn)!r})")
 
     def with_system_prompt(self: Taskset[Task], text: str) -> Taskset[Task]:
@@ -263,8 +261,7 @@ class Taskset(Generic[T_co]):
         Raises:
             TypeError: ``text`` is not a str.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"system prompt must be a str, not {type(text).__name__}")
+        check_text(text, "text")
 
         def prompt(task: Task) -> Task:
             return task.with_system_prompt(text)
@@ -290,7 +287,10 @@ class _Items(Taskset[T]):
 
 
 class _View(Taskset[U]):
-    """A taskset computed from another; streaming exactly when its base is."""
+    """A taskset computed from another; streaming exactly when its base is.
+
+    A view is a value: its fields are set in ``__init__`` and never change.
+    """
 
     def __init__(self, base: Taskset[Any], label: str) -> None:
         self._base = base
@@ -395,9 +395,13 @@ class _OwnedStream(Generic[T, U]):
     """
 
     def __init__(self, source: AsyncIterable[T], fn: Callable[[T], U] | None) -> None:
+        # Never change.
         self._source = source
         self._iter = aiter(source)
         self._fn = fn
+        # This stream is over: the source is closed, or being closed.
+        # Written by: aclose() and __anext__ (when the source or fn raised), each once.
+        # Invariant: the source is closed exactly once, on the first write.
         self._closed = False
 
     def __aiter__(self) -> _OwnedStream[T, U]:
@@ -458,10 +462,14 @@ class FeedTaskset(Taskset[T]):
     def __init__(self, source: AsyncIterable[T]) -> None:
         if not isinstance(source, AsyncIterable):
             raise TypeError(
-                f"FeedTaskset needs an async iterable (a trio receive channel, say), "
+                f"source must be an async iterable (a trio receive channel, say), "
                 f"not {type(source).__name__}"
             )
+        # Never changes.
         self._source = source
+        # stream() has been called.
+        # Written by: stream(), once.
+        # Invariant: the feed is read by one stream at most.
         self._claimed = False
 
     def stream(self) -> AsyncIterator[T]:

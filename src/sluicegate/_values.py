@@ -109,6 +109,8 @@ class Encoded:
         return not (self.repr or self.truncated)
 
 
+# The default converter, built on first use.
+# Written by: _default_unstructure(), once.
 _default_converter: Any = None
 
 

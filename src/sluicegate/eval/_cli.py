@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .._terminal import messages
-from ._config import EVERY_SCORE, EvalConfig, UsageError, parse_concurrency
+from ._config import EVERY_SCORE, UsageError, parse_concurrency
 from ._display import DISPLAYS
 from ._format import read_run_record
 from ._run import evaluate
@@ -38,21 +38,13 @@ error, 130 interrupted.
 """
 
 
-def _recorded(config: EvalConfig, key: str) -> Any:
-    """The flag ``key`` as run.json recorded it, in the form the command takes."""
-    if key == "concurrency" and config.adaptive:
-        return f"auto:{config.concurrency}"
-    return getattr(config, key)
-
-
 def _concurrency(text: str) -> int | str:
     try:
-        bound, adaptive = parse_concurrency(text if text.strip().startswith("auto") else int(text))
+        return parse_concurrency(text if text.strip().lower().startswith("auto") else int(text))
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected an integer >= 1, 'auto' or 'auto:MAX', got {text!r}"
         ) from None
-    return text.strip() if adaptive else bound
 
 
 def _count(minimum: int) -> Any:
@@ -308,8 +300,7 @@ def arguments(args: argparse.Namespace) -> dict[str, Any]:
         settings = {key: value for key, value in given.items() if value is not None}
     else:
         settings = {
-            key: _recorded(recorded, key) if value is None else value
-            for key, value in given.items()
+            key: getattr(recorded, key) if value is None else value for key, value in given.items()
         }
         if recorded.trace:
             this_session["trace"] = True

@@ -21,8 +21,10 @@ from typing import Any, TypeVar
 
 import attrs
 
+from .._adaptive import AdaptiveWindow
 from .._checks import check_count, check_flag, check_seconds
 from .._retry import Retry
+from .._runner import WindowLike
 from ._errors import EvalError
 from ._reduce import check_reducer
 
@@ -36,7 +38,10 @@ __all__ = [
     "exception_name",
     "exception_types",
     "parse_concurrency",
+    "recorded_concurrency",
+    "recorded_form",
     "task_arguments",
+    "window_object",
 ]
 
 _T = TypeVar("_T")
@@ -78,10 +83,6 @@ def _num_tasks(value: object) -> int | None:
 
 def _rollouts(value: object) -> int:
     return _usage(check_count, value, "-r/--rollouts", minimum=1)
-
-
-def _bound(value: object) -> int:
-    return _usage(check_count, value, "-c/--concurrency", minimum=1)
 
 
 def _retries(value: object) -> int:
@@ -132,8 +133,8 @@ def _system_prompt(value: object) -> str | None:
     return _text_or_none(value, "--system-prompt (system_prompt)")
 
 
-def _adaptive(value: object) -> bool:
-    return check_flag(value, "adaptive")
+def _window_class(value: object) -> str | None:
+    return _text_or_none(value, "window_object")
 
 
 def _trace(value: object) -> bool:
@@ -193,6 +194,83 @@ def _output(value: object) -> str:
     return value
 
 
+# The largest window -c auto may grow to (AdaptiveWindow's own default).
+AUTO_MAX = 256
+
+# What -c and concurrency= take, as the refusals say it.
+_TAKES = "an int >= 1, 'auto', 'auto:MAX' or a sluicegate.Window"
+
+
+def parse_concurrency(value: object) -> int | str:
+    """``-c``'s value as ``run.json`` records it: an int >= 1, ``"auto"`` or ``"auto:MAX"``.
+
+    Text is read without regard to case or surrounding spaces, and
+    ``"auto:MAX"`` is written with MAX as a plain int (``" Auto:064"`` is
+    ``"auto:64"``).
+
+    Raises:
+        TypeError: neither an int nor text.
+        UsageError: for any other value.
+    """
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "auto":
+            return text
+        most = text[5:].strip()
+        if text.startswith("auto:") and most.isdecimal() and int(most) >= 1:
+            return f"auto:{int(most)}"
+        raise UsageError(f"-c/--concurrency must be {_TAKES}, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"-c/--concurrency must be {_TAKES}, not {value!r}")
+    if value < 1:
+        raise UsageError(f"-c/--concurrency must be {_TAKES}, not {value!r}")
+    return value
+
+
+def recorded_form(config: Mapping[str, Any]) -> object:
+    """The ``concurrency`` a ``run.json`` config holds, as this version writes it (unchecked).
+
+    Files written before ``concurrency`` said ``"auto"`` itself recorded
+    ``-c auto:MAX`` as MAX with ``"adaptive": true``: that reads as
+    ``"auto:MAX"``.
+    """
+    concurrency = config.get("concurrency")
+    if config.get("adaptive") is True and type(concurrency) is int:
+        return f"auto:{concurrency}"
+    return concurrency
+
+
+def window_object(value: object) -> WindowLike | None:
+    """``value`` if it is a window object (a :class:`~sluicegate.Window`, or any
+    object the runner takes as ``window=``), else None.
+
+    A class has a window's methods too, unbound: ``Window`` for ``Window(8)``
+    is a slip, not a window.
+    """
+    if isinstance(value, type) or not isinstance(value, WindowLike):
+        return None
+    return value
+
+
+def recorded_concurrency(value: object) -> int | str:
+    """What ``run.json`` records for ``concurrency=value``: the form ``-c`` would take.
+
+    An :class:`~sluicegate.AdaptiveWindow` is ``"auto:MAX"`` with its
+    ``max``; another window object is its size now (as the session starts);
+    anything else is read by :func:`parse_concurrency`.
+
+    Raises:
+        TypeError: neither an int, text nor a window object.
+        UsageError: for any other value.
+    """
+    if isinstance(value, AdaptiveWindow):
+        return f"auto:{value.max}"
+    window = window_object(value)
+    if window is not None:
+        return parse_concurrency(window.size)
+    return parse_concurrency(value)
+
+
 def task_arguments(args: object) -> dict[str, Any]:
     """Check ``-T`` arguments: identifiers for names, JSON values (a copy is returned).
 
@@ -240,10 +318,15 @@ class EvalConfig:
             to :func:`~sluicegate.eval.evaluate` directly.
         num_tasks: ``-n``: how many tasks at most; None for the whole set.
         rollouts: ``-r``: rollouts per task.
-        concurrency: ``-c``: rollouts in flight at most (with ``adaptive``,
-            the most the adaptive window may reach).
-        adaptive: ``-c auto`` or ``-c auto:MAX``: an
-            :class:`~sluicegate.AdaptiveWindow` finds the concurrency.
+        concurrency: ``-c``: rollouts in flight at most (an int), or
+            ``"auto"`` / ``"auto:MAX"``: an :class:`~sluicegate.AdaptiveWindow`
+            finds it, up to 256 (or MAX). For a window object given as
+            ``concurrency=``, what ``-c`` would say of it (see
+            :func:`recorded_concurrency`).
+        window_object: The class name of the window object given as
+            ``concurrency=`` (``"Window"``, ``"AdaptiveWindow"``), or None:
+            a resume cannot have the object back, and runs under
+            ``concurrency`` as recorded.
         shuffle: ``--shuffle`` seed, or None.
         system_prompt: The system prompt's text, applied to every task.
         ids: ``--id``: run only tasks with these ids (empty: all).
@@ -269,8 +352,8 @@ class EvalConfig:
     target: str | None = attrs.field(default=None, converter=_target)
     num_tasks: int | None = attrs.field(default=None, converter=_num_tasks)
     rollouts: int = attrs.field(default=1, converter=_rollouts)
-    concurrency: int = attrs.field(default=32, converter=_bound)
-    adaptive: bool = attrs.field(default=False, converter=_adaptive)
+    concurrency: int | str = attrs.field(default=32, converter=parse_concurrency)
+    window_object: str | None = attrs.field(default=None, converter=_window_class)
     shuffle: int | None = attrs.field(default=None, converter=_shuffle)
     system_prompt: str | None = attrs.field(default=None, converter=_system_prompt)
     ids: tuple[str, ...] = attrs.field(default=(), converter=_ids)
@@ -284,6 +367,19 @@ class EvalConfig:
     reduce: tuple[str, ...] = attrs.field(default=(), converter=_reducers)
     pass_threshold: float = attrs.field(default=1.0, converter=_pass_threshold)
     trace: bool = attrs.field(default=False, converter=_trace)
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether an :class:`~sluicegate.AdaptiveWindow` finds the concurrency (``-c auto``)."""
+        return isinstance(self.concurrency, str)
+
+    @property
+    def bound(self) -> int:
+        """The most rollouts in flight: ``-c N``'s N, or the adaptive window's MAX."""
+        if isinstance(self.concurrency, int):
+            return self.concurrency
+        _, _, most = self.concurrency.partition(":")
+        return int(most) if most else AUTO_MAX
 
     def retry(self) -> Retry | None:
         """The retry policy: full-jitter exponential backoff, 0.1 s doubling to 5 s at most.
@@ -299,34 +395,6 @@ class EvalConfig:
         if not self.retries:
             return None
         return Retry(attempts=self.retries + 1, on=on or (Exception,))
-
-
-# The largest window -c auto may grow to (AdaptiveWindow's own default).
-AUTO_MAX = 256
-
-
-def parse_concurrency(value: object) -> tuple[int, bool]:
-    """``-c``'s value as ``(bound, adaptive)``: an int >= 1, ``"auto"`` or ``"auto:MAX"``.
-
-    Raises:
-        TypeError: neither an int nor text.
-        UsageError: for any other value.
-    """
-    takes = "an int >= 1, 'auto' or 'auto:MAX'"
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text == "auto":
-            return AUTO_MAX, True
-        if text.startswith("auto:"):
-            try:
-                bound = int(text[5:])
-            except ValueError:
-                bound = 0
-            if bound >= 1:
-                return bound, True
-        raise UsageError(f"-c/--concurrency must be {takes}, not {value!r}")
-    # Worded as the runner words a bad window.
-    return _bound(value), False
 
 
 def exception_name(kind: type[BaseException]) -> str:

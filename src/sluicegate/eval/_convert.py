@@ -15,7 +15,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from .. import _taskset
-from ._config import EvalConfig, exception_name
+from ._config import EvalConfig, exception_name, recorded_form
 from ._score import ScoreValue
 
 __all__ = ["converter"]
@@ -43,14 +43,22 @@ converter.register_unstructure_hook(
         ),
     ),
 )
-converter.register_structure_hook(
+_structure_config = make_dict_structure_fn(
     EvalConfig,
-    make_dict_structure_fn(
-        EvalConfig,
-        converter,
-        retry_on=override(struct_hook=lambda value, _: tuple(str(name) for name in value)),
-    ),
+    converter,
+    retry_on=override(struct_hook=lambda value, _: tuple(str(name) for name in value)),
+    # An int or "auto[:MAX]": the field's own converter checks it.
+    concurrency=override(struct_hook=lambda value, _: value),
 )
+
+
+def _structure_config_of_any_version(data: Any, cls: type[EvalConfig]) -> EvalConfig:
+    if isinstance(data, dict) and "concurrency" in data:
+        data = {**data, "concurrency": recorded_form(data)}
+    return _structure_config(data, cls)
+
+
+converter.register_structure_hook(EvalConfig, _structure_config_of_any_version)
 converter.register_structure_hook(datetime, lambda value, _: datetime.fromisoformat(value))
 
 

@@ -56,6 +56,8 @@ class Summary:
 
     Attributes:
         resume: The command that continues the run, when it can be continued.
+        window: Where the window settled (``settled at 23 (auto:64), 2
+            decreases``); None under ``-c N``.
     """
 
     stop_reason: str
@@ -69,6 +71,7 @@ class Summary:
     resume: str | None = None
     score_stats: Mapping[str, ScoreStats] = attrs.field(factory=dict)
     reduced: Mapping[str, ScoreStats] = attrs.field(factory=dict)
+    window: str | None = None
 
 
 def _kind(value: object) -> str:
@@ -105,8 +108,36 @@ def header_text(name: str, config: EvalConfig, resume: bool) -> str:
     if config.num_tasks is not None:
         parts.append(f"-n {config.num_tasks}")
     parts.append(f"-r {config.rollouts}")
-    parts.append(f"-c {'auto:' if config.adaptive else ''}{config.concurrency}")
+    given = f" ({_object(config.window_object)})" if config.window_object else ""
+    parts.append(f"-c {config.concurrency}{given}")
     return ", ".join(parts) + f" -> {config.output}"
+
+
+def _object(name: str) -> str:
+    """``a Window object``, ``an AdaptiveWindow object``."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name} object"
+
+
+def window_text(config: EvalConfig, start: int, end: int, decreases: int) -> str:
+    """Where the window of a session settled, for the summary.
+
+    ``settled at 23 (auto:64), 2 decreases`` under an adaptive window;
+    ``8 throughout (a Window object)`` or ``ended at 4, from 8 (a Window
+    object)`` under another window object.
+
+    Args:
+        start: Its size as the session started.
+        end: Its size as the session ended.
+        decreases: How many of the session's changes lowered it.
+    """
+    given = config.window_object
+    if config.adaptive:
+        how = f"{config.concurrency}, {_object(given)}" if given else str(config.concurrency)
+        return f"settled at {end} ({how}), {_plural(decreases, 'decrease')}"
+    what = _object(given or "window")
+    if end == start:
+        return f"{end} throughout ({what})"
+    return f"ended at {end}, from {start} ({what})"
 
 
 def resume_command(output: str) -> str:
@@ -213,6 +244,8 @@ def _detail_rows(summary: Summary) -> list[tuple[str, str]]:
     """What else the summary says, as (label, user text) pairs shared by both displays."""
     counts = summary.counts
     rows = []
+    if summary.window is not None:
+        rows.append(("window", summary.window))
     if counts.abandoned:
         rows.append(("abandoned", f"{counts.abandoned}: {_abandoned_text(summary)}"))
     if counts.cut_short:

@@ -35,7 +35,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 from .. import _values
 from .._util import write_atomically
-from ._config import UsageError
+from ._config import UsageError, parse_concurrency, recorded_form
 from ._convert import converter
 from ._records import (
     USER_FIELDS,
@@ -372,6 +372,9 @@ class RunSummary:
     ``running_s`` is the time the sessions ran, summed: a session with no
     end (killed, or still running) counts up to the last write of
     ``results.jsonl``; None when no session says when it started.
+    ``concurrency`` is ``-c`` as recorded: an int, ``"auto"`` or
+    ``"auto:MAX"`` (a file that recorded ``-c auto`` as its maximum and
+    ``"adaptive": true`` reads as ``"auto:MAX"``).
     """
 
     environment: str | None = None
@@ -386,7 +389,7 @@ class RunSummary:
     score_stats: dict[str, ScoreStats] = attrs.field(factory=dict)
     reduced: dict[str, ScoreStats] = attrs.field(factory=dict)
     config: dict[str, Any] = attrs.field(factory=dict)
-    concurrency: int | None = None
+    concurrency: int | str | None = None
     sessions: int = 1
     version: str | None = None
     running_s: float | None = None
@@ -426,9 +429,7 @@ def read_summary(directory: Path) -> RunSummary | None:
     fields["reduced"] = _stats_map(data.get("reduced"))
     config = data.get("config")
     fields["config"] = dict(config) if isinstance(config, Mapping) else {}
-    concurrency = fields["config"].get("concurrency")
-    valid = isinstance(concurrency, int) and not isinstance(concurrency, bool)
-    fields["concurrency"] = concurrency if valid else None
+    fields["concurrency"] = _concurrency(fields["config"])
     sessions = data.get("sessions")
     fields["sessions"] = len(sessions) if isinstance(sessions, list) and sessions else 1
     fields["running_s"] = _running_s(
@@ -437,6 +438,14 @@ def read_summary(directory: Path) -> RunSummary | None:
     version = data.get("sluicegate_version")
     fields["version"] = version if isinstance(version, str) and version else None
     return RunSummary(**fields)
+
+
+def _concurrency(config: Mapping[str, Any]) -> int | str | None:
+    """``-c`` as ``config`` records it, in any version's form; None when it says nothing valid."""
+    try:
+        return parse_concurrency(recorded_form(config))
+    except (TypeError, ValueError):
+        return None
 
 
 def _when(value: object) -> datetime | None:

@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import trio
 
-from .._adaptive import AdaptiveWindow
 from .._checks import check_flag
-from .._runner import Drain, Recorder, open_stream, report_failure
+from .._runner import Drain, Recorder, WindowLike, open_stream, report_failure
 from .._signals import DEFAULT_SIGNALS, drain_on_signals
 from .._trace import recording
 from .._util import in_background
@@ -38,10 +37,18 @@ from ._config import (
     EvalConfig,
     UsageError,
     differences,
-    parse_concurrency,
+    recorded_concurrency,
     task_arguments,
+    window_object,
 )
-from ._display import Display, Summary, header_text, make_display, resume_command
+from ._display import (
+    Display,
+    Summary,
+    header_text,
+    make_display,
+    resume_command,
+    window_text,
+)
 from ._format import RESULTS, TORN, Previous, read_results, read_run_record
 from ._log import RunLog, SessionLock, check_new
 from ._records import RolloutRow, RunRecord, StopReason
@@ -50,6 +57,7 @@ from ._slots import DuplicateTaskId, EvalSource, Kind, Slot, Source, check, kind
 from ._tally import RunTally
 from ._target import Parts, environment
 from ._verdict import EvalReport, begin, budget_text, check_floors, end
+from ._windows import WindowWatch, session_window
 
 if TYPE_CHECKING:
     from ..dask import DaskBridge
@@ -162,6 +170,8 @@ class _Session:
         trace: The recorder handed to the runner, True to record
             ``trace.json`` in the output directory, or None.
         dask: Where attempts run, when on a Dask cluster.
+        window: The window object given as ``concurrency=``, or None
+            (``run.json`` records what it can of it: see ``docs/eval.md``).
     """
 
     output_dir: Path | None = attrs.field(default=None, converter=_output_dir)
@@ -171,6 +181,7 @@ class _Session:
     signals: bool = attrs.field(default=False, validator=lambda _, __, v: check_flag(v, "signals"))
     trace: Recorder | Literal[True] | None = attrs.field(default=None, validator=_trace)
     dask: str | DaskBridge | None = None
+    window: WindowLike | None = None
 
 
 def _setup(
@@ -286,7 +297,7 @@ async def _attempts(
         yield attempt_here, config.timeout
         return
     on_dask = _on_dask().on_dask
-    async with on_dask(dask, env, config.concurrency, config.timeout) as attempt:
+    async with on_dask(dask, env, config.bound, config.timeout) as attempt:
         yield attempt, None
 
 
@@ -328,7 +339,7 @@ async def _run_slots(
     log: RunLog,
     tally: RunTally,
     trace: Recorder | None,
-    window: AdaptiveWindow | None,
+    watch: WindowWatch | None,
 ) -> tuple[StopReason, str | None]:
     budget = ErrorBudget.parse(config.fail_on_error)
     # The runner's signature names iterables only; a SampleSource gets in
@@ -341,7 +352,7 @@ async def _run_slots(
             open_stream(
                 slots,
                 rollouts,
-                window=config.concurrency if window is None else window,
+                window=config.bound if watch is None else watch.window,
                 ordered=False,
                 drain=rollouts.drain,
                 trace=trace,
@@ -353,8 +364,9 @@ async def _run_slots(
                     continue  # cut short by a drain: no row, so a resume runs it again
                 log.write(row)
                 tally.add(row)
-                if window is not None:
-                    tally.sized(window.size)  # the display shows the size in force
+                if watch is not None:
+                    tally.sized(watch.window.size)  # the display shows the size in force
+                    watch.seen()
                 if row.status == "error":
                     if row.error is not None:
                         report_failure(trace, done.index, row.error.type)
@@ -398,7 +410,9 @@ def _stopped(
     return stop, error
 
 
-def _conclude(shown: Display | None, record: RunRecord, setup: _Setup, tally: RunTally) -> None:
+def _conclude(
+    shown: Display | None, record: RunRecord, setup: _Setup, tally: RunTally, window: str | None
+) -> None:
     """Count the errors not named, and show the summary."""
     more = tally.errors - FIRST_ERRORS
     if more > 0:
@@ -409,10 +423,10 @@ def _conclude(shown: Display | None, record: RunRecord, setup: _Setup, tally: Ru
             Path(record.config.output) / RESULTS,
         )
     if shown is not None:
-        shown.summary(_summary(record, setup, tally))
+        shown.summary(_summary(record, setup, tally, window))
 
 
-def _summary(record: RunRecord, setup: _Setup, tally: RunTally) -> Summary:
+def _summary(record: RunRecord, setup: _Setup, tally: RunTally, window: str | None) -> Summary:
     assert record.stop_reason is not None and record.passed is not None
     resumable = record.config.target is not None and setup.kind.resumable
     return Summary(
@@ -426,23 +440,26 @@ def _summary(record: RunRecord, setup: _Setup, tally: RunTally) -> Summary:
         abandoned=tuple(tally.abandoned_names),
         score_stats=record.score_stats,
         reduced=record.reduced,
+        window=window,
         resume=resume_command(record.config.output)
         if resumable and record.stop_reason != "completed"
         else None,
     )
 
 
-async def _session(setup: _Setup, session: _Session) -> tuple[RunRecord, RunTally]:
-    """Plan and run the rollouts, then write the final ``run.json``; returns it and the tally."""
+async def _session(setup: _Setup, session: _Session) -> tuple[RunRecord, RunTally, str | None]:
+    """Plan and run the rollouts, then write the final ``run.json``.
+
+    Returns:
+        The record written, the tally, and where the window settled (None
+        under ``-c N``).
+    """
     config = setup.config
-    window = (
-        AdaptiveWindow(initial=min(8, config.concurrency), max=config.concurrency)
-        if config.adaptive
-        else None
-    )
-    # With -c auto the display's bound follows the adaptive window (see _run_slots).
+    window = session_window(config, session.window)
+    watch = None if window is None else WindowWatch.of(window)
+    # Under a window object the display's bound follows its size (see _run_slots).
     tally = RunTally(
-        concurrency=config.concurrency if window is None else window.size,
+        concurrency=config.bound if window is None else window.size,
         began=trio.current_time(),
     )
     drain = session.drain if session.drain is not None else Drain()
@@ -480,7 +497,7 @@ async def _session(setup: _Setup, session: _Session) -> tuple[RunRecord, RunTall
                 )
                 with cancel, traced as recorder:
                     stop, error = await _run_slots(
-                        source, rollout, config, log, tally, recorder, window
+                        source, rollout, config, log, tally, recorder, watch
                     )
                 if stop == "completed" and tally.planned == 0:
                     # A stream or a SampleSource that gave no task (or none
@@ -492,10 +509,12 @@ async def _session(setup: _Setup, session: _Session) -> tuple[RunRecord, RunTall
             stop, error = _stopped(stop, error, drain, cancel)
             tasks = tally.task_rows(config.reduce, config.pass_threshold) if config.reduce else None
             record = end(log.record, stop, error, tally, tasks or ())
-            if window is not None:
-                record = attrs.evolve(record, window=window.changes)
+            if watch is not None:
+                record = attrs.evolve(record, window=watch.changes())
             record = log.close(record, tasks)
-    return record, tally
+    if watch is None:
+        return record, tally, None
+    return record, tally, window_text(config, watch.start, watch.window.size, watch.decreases())
 
 
 async def evaluate(
@@ -503,7 +522,7 @@ async def evaluate(
     *,
     num_tasks: int | None = None,
     rollouts: int = 1,
-    concurrency: int | str = 32,
+    concurrency: int | str | WindowLike = 32,
     shuffle: int | None = None,
     system_prompt: str | None = None,
     ids: Iterable[str | int] = (),
@@ -543,7 +562,10 @@ async def evaluate(
         concurrency: Rollouts in flight at most; ``"auto"`` (or
             ``"auto:MAX"``) lets an :class:`~sluicegate.AdaptiveWindow`
             find it, up to 256 (or MAX), and records its sizes in
-            ``run.json``.
+            ``run.json``. A window object (a :class:`~sluicegate.Window`,
+            an :class:`~sluicegate.AdaptiveWindow`) is used as it is: one
+            shared with a service or another evaluation bounds them
+            together.
         shuffle: Shuffle a static set with this seed.
         system_prompt: Text set as every task's system prompt.
         ids: Run only the tasks with these ids.
@@ -602,13 +624,13 @@ async def evaluate(
         signals=signals,
         trace=trace,
         dask=dask,
+        window=window_object(concurrency),
     )
-    bound, adaptive = parse_concurrency(concurrency)
     config = EvalConfig(
         num_tasks=num_tasks,
         rollouts=rollouts,
-        concurrency=bound,
-        adaptive=adaptive,
+        concurrency=recorded_concurrency(concurrency),
+        window_object=None if session.window is None else type(session.window).__name__,
         shuffle=shuffle,
         system_prompt=system_prompt,
         ids=ids,
@@ -625,12 +647,12 @@ async def evaluate(
     if session.display is not None:
         session.display.header(header_text(setup.parts.name, setup.config, session.resume))
     try:
-        record, tally = await _session(setup, session)
+        record, tally, window = await _session(setup, session)
     finally:
         # The session's own lock (a resume's, taken before anything was read);
         # a RunLog lets go of its lock itself.
         if setup.lock is not None:
             setup.lock.release()
     # After the live display has stopped, so that the summary stands alone.
-    _conclude(session.display, record, setup, tally)
+    _conclude(session.display, record, setup, tally, window)
     return EvalReport.of(record, Path(record.config.output))

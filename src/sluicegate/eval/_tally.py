@@ -41,8 +41,8 @@ class RunTally:
         abandoned: Rollouts a drain left unstarted in a ``SampleSource``.
         abandoned_names: The first :data:`NAMED` of those, as ``(task id, rollout)``.
         cut_short: Rollouts a drain stopped between attempts.
-        concurrency: The ``-c`` bound, for the display (with ``-c auto``, the
-            adaptive window's size as of the latest finished rollout).
+        concurrency: The ``-c`` bound, for the display (under ``-c auto`` or
+            a window object, its size as of the latest finished rollout).
         began: ``trio.current_time()`` at the start, for rate and elapsed.
     """
 
@@ -110,7 +110,7 @@ class RunTally:
             self.cut_short += 1
 
     def sized(self, size: int) -> None:
-        """The adaptive window's size now (``-c auto``), for the display."""
+        """The window object's size now (``-c auto``, ``concurrency=``), for the display."""
         self.concurrency = size
 
     def add(self, row: RolloutRow) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -23,8 +24,10 @@ def register(commands: Any) -> None:
         help="draw a run's timeline (and scores) as an image",
         description="Draw the timeline of PATH (a trace.json, a trace.jsonl or a run "
         "directory): a row per window slot with a bar per run coloured by outcome, the "
-        "drain and failure marked, runs in flight below, and for an evaluation the score "
-        "distribution beside it. Needs matplotlib: pip install 'sluicegate[plot]'.",
+        "drain and failure marked, runs in flight (and the window's size) below, and for "
+        "an evaluation the score distribution beside it. A run recorded without --trace "
+        "is drawn from results.jsonl: each rollout from its start for its duration, and "
+        "the scores. Needs matplotlib: pip install 'sluicegate[plot]'.",
     )
     plot.add_argument("path", metavar="PATH", help="a trace.json, a trace.jsonl or a run directory")
     plot.add_argument(
@@ -57,8 +60,14 @@ def register(commands: Any) -> None:
         "-o",
         "--output",
         metavar="FILE",
-        help="the page to write (report.html or compare.html inside it when it is a "
-        "directory); default RUN_DIR/report.html, or RUN_B/compare.html for two runs",
+        help="the page to write, named .html (report.html or compare.html inside it when "
+        "it is a directory); default RUN_DIR/report.html, or RUN_B/compare.html for two runs",
+    )
+    report.add_argument(
+        "--open",
+        action="store_true",
+        help="open the page in your web browser once it is written (the BROWSER "
+        "environment variable picks the browser, as in Python's webbrowser module)",
     )
     report.set_defaults(handler=_report)
 
@@ -85,7 +94,7 @@ def _fail(command: str, message: str) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from ._plot import PlotUnavailable, plot
+    from ._plot import WITHOUT_TRACE, PlotUnavailable, draw
 
     path = Path(args.path)
     if args.output is not None:
@@ -94,12 +103,14 @@ def _plot(args: argparse.Namespace) -> int:
         output = (path if path.is_dir() else path.parent) / "timeline.png"
     with messages("sluicegate plot"):
         try:
-            written = plot(path, output)
+            drawn = draw(path, output)
         except PlotUnavailable as exc:
             return _fail("plot", str(exc))
         except (OSError, ValueError) as exc:
             return _fail("plot", _reason(exc, path))
-    print(f"wrote {written}")
+    print(f"wrote {drawn.path}")
+    if not drawn.traced:
+        print(WITHOUT_TRACE)
     return 0
 
 
@@ -107,6 +118,11 @@ def _report(args: argparse.Namespace) -> int:
     directories = args.directory
     if len(directories) > 2:
         return _fail("report", f"give one run directory, or two to compare; got {len(directories)}")
+    # This process writes one page and ends. The page's objects (a row, a
+    # sample, a span per rollout) hold no cycles, and the collector would
+    # walk them again and again as they pile up: 15% of a 100,000-rollout
+    # report (bench/report.py).
+    gc.disable()
     with messages("sluicegate report"):
         try:
             if len(directories) == 2:
@@ -120,6 +136,26 @@ def _report(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             return _fail("report", _reason(exc, Path(directories[-1])))
     print(f"wrote {written}")
+    if args.open:
+        return _open(written)
+    return 0
+
+
+def _open(page: Path) -> int:
+    """Show ``page`` in the user's browser (webbrowser's choice: $BROWSER, else the desktop's)."""
+    import webbrowser
+
+    try:
+        opened = webbrowser.open(page.resolve().as_uri())
+    except webbrowser.Error:
+        opened = False
+    if not opened:
+        print(
+            f"sluicegate report: no web browser could be started: open {page} yourself "
+            "(or set BROWSER to the command that starts one)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -27,14 +27,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
+import attrs
+
 from .._trace import Timeline
 from .._util import write_atomically
 from .._version import __version__
+from ..eval._display import resume_command
+from ..eval._log import SessionLock
 from ..eval._records import FieldEncoding
-from ..eval._score import ScoreValue, score_items
-from ..eval._stats import ScoreStats, exact_mean, stats_of
-from ._layout import COLOURS, MARKS
-from ._run import Rollout, RunView, read_run
+from ..eval._score import ScoreValue
+from ..eval._stats import ScoreStats
+from ._layout import COLOURS, MARKS, WINDOW_COLOUR, Placed, place
+from ._run import Rollout, RunView, natural_key, read_run, rollout_label, task_stats
 from ._svg import histograms_svg, timeline_svg
 from ._text import embed_json, html_text
 
@@ -42,9 +46,10 @@ __all__ = [
     "CHUNK",
     "FIELDS",
     "REPORT",
-    "page_path",
     "finite",
     "page",
+    "page_path",
+    "row_facts",
     "sample_block",
     "sample_of",
     "score_text",
@@ -59,12 +64,20 @@ CHUNK: Final = 500
 # it, and the traceback, are in the opened row); the error-text filter
 # searches this much.
 _ERROR_HEAD: Final = 400
-# The fields of a row shown when it is opened, in this order: the samples
-# name each by its place here (the page gets the list once).
-FIELDS: Final = ("input", "system prompt", "target", "result", "metadata", "score metadata")
-_RESULT: Final = FIELDS.index("result")
-# Their names in a row (and in its encoding object).
-_NAMES: Final = tuple(name.replace(" ", "_") for name in FIELDS)
+# The fields of a row shown when it is opened, in this order: by their name
+# in a row (and in its encoding object), what the page calls them. A sample
+# holds them by name; the page gets this once.
+FIELDS: Final[Mapping[str, str]] = {
+    "input": "input",
+    "system_prompt": "system prompt",
+    "target": "target",
+    "result": "result",
+    "metadata": "metadata",
+    "score_metadata": "score metadata",
+}
+# The pages a report can be: written as HTML whatever the name says, so
+# another suffix (``-o x.pdf``) is a mistake.
+_SUFFIXES: Final = (".html", ".htm")
 
 _text = html_text
 
@@ -109,18 +122,25 @@ def page(
 def page_path(run: Path, output: str | os.PathLike[str] | None, name: str) -> Path:
     """Where a page of ``run`` goes: ``output``, or ``name`` inside it (or inside ``run``).
 
-    Checked before any work: ``run`` is a directory and the page's folder exists.
+    Checked before any work: ``run`` is a directory, the page is named as
+    HTML and its folder exists.
 
     Raises:
         FileNotFoundError: ``run`` is not a directory, or the folder the page
             goes in does not exist (named: writing would name a hidden
             ``.partial`` file of its own instead).
+        ValueError: ``output`` names a file that is not ``.html`` (or ``.htm``).
     """
     if not run.is_dir():
         raise FileNotFoundError(f"{run} is not a directory")
     path = Path(output) if output is not None else run
     if path.is_dir():
         path /= name
+    elif path.suffix.lower() not in _SUFFIXES:
+        raise ValueError(
+            f"-o {path}: the page is HTML; name it {path.with_suffix('.html').name} "
+            "or give a directory to write it in"
+        )
     folder = path.parent
     if not folder.is_dir():
         raise FileNotFoundError(
@@ -169,18 +189,28 @@ def _note(encoding: FieldEncoding | None) -> str:
     return what
 
 
-def _errors(rollout: Rollout) -> list[list[str | None]]:
+def _errors(rollout: Rollout) -> list[dict[str, str]]:
     every = [*rollout.earlier_errors, rollout.error]
-    return [[error.type, error.message, error.traceback] for error in every if error is not None]
+    found = []
+    for error in every:
+        if error is None:
+            continue
+        named = {"type": error.type, "message": error.message}
+        if error.traceback is not None:
+            named["traceback"] = error.traceback
+        found.append(named)
+    return found
 
 
-def sample_of(rollout: Rollout, slot: str | None) -> list[Any]:
-    """What an opened row shows beyond its cells: ``[fields, explanation, errors, started, slot]``.
+def sample_of(rollout: Rollout, slot: str | None) -> dict[str, Any]:
+    """What an opened row shows beyond its cells, by name; empty parts are left out.
 
-    Each field is ``[place in FIELDS, value]``, and a note when the value
-    was not written as itself (a repr, or cut): a string is shown as it is,
-    anything else as indented JSON. The strings are made inert with the
-    whole block (:func:`embed_json`).
+    ``fields`` maps a field's name (a key of :data:`FIELDS`) to its value:
+    a string is shown as it is, anything else as indented JSON. ``notes``
+    says, by the same names, how a value was written when not as itself (a
+    repr, or cut). Then ``explanation``, ``errors`` (each attempt's that
+    failed: ``type``, ``message``, ``traceback``), ``started`` and ``slot``.
+    The strings are made inert with the whole block (:func:`embed_json`).
     """
     encoding = rollout.encoding
     values = (
@@ -191,57 +221,111 @@ def sample_of(rollout: Rollout, slot: str | None) -> list[Any]:
         rollout.metadata,
         rollout.score_metadata,
     )
-    fields: list[list[Any]] = []
-    for place, value in enumerate(values):
-        if value is None and not (place == _RESULT and rollout.status == "ok"):
+    fields: dict[str, Any] = {}
+    notes: dict[str, str] = {}
+    for name, value in zip(FIELDS, values, strict=True):
+        # An ok row's result is shown even when it is None.
+        if value is None and not (name == "result" and rollout.status == "ok"):
             continue
-        note = _note(encoding.get(_NAMES[place])) if encoding else ""
-        fields.append([place, value, note] if note else [place, value])
-    explanation = rollout.explanation
-    return [
-        fields,
-        None if explanation is None else str(explanation),
-        _errors(rollout) if rollout.error is not None or rollout.earlier_errors else [],
-        rollout.started_at,
-        slot,
-    ]
+        fields[name] = value
+        note = _note(encoding.get(name)) if encoding else ""
+        if note:
+            notes[name] = note
+    sample: dict[str, Any] = {"fields": fields}
+    if notes:
+        sample["notes"] = notes
+    if rollout.explanation is not None:
+        sample["explanation"] = str(rollout.explanation)
+    if rollout.error is not None or rollout.earlier_errors:
+        sample["errors"] = _errors(rollout)
+    if rollout.started_at is not None:
+        sample["started"] = rollout.started_at
+    if slot is not None:
+        sample["slot"] = slot
+    return sample
 
 
-def sample_block(element_id: str, block: list[list[Any]]) -> str:
-    """A ``<script type="application/json">`` element of samples (:func:`sample_of`'s lists)."""
+def row_facts(rollout: Rollout) -> dict[str, Any]:
+    """What a row's cells show, by name.
+
+    ``score`` (as text), ``duration``, ``attempts``, ``rollout`` and
+    ``status``. The report sends these as columns; the comparison page
+    with each sample.
+    """
+    return {
+        "score": score_text(rollout.score),
+        "duration": finite(rollout.duration_s),
+        "attempts": rollout.attempts,
+        "rollout": rollout.rollout,
+        "status": rollout.status,
+    }
+
+
+def sample_block(element_id: str, block: list[dict[str, Any]]) -> str:
+    """A ``<script type="application/json">`` element of samples (:func:`sample_of`'s)."""
     try:
         return _json_block(element_id, block)
     except ValueError:
         # A value JSON cannot hold (NaN in a hand-edited row): shown as its repr.
         for sample in block:
-            for field in sample[0]:
-                if not isinstance(field[1], str):
-                    field[1] = repr(field[1])
+            fields = sample["fields"]
+            for name, value in fields.items():
+                if not isinstance(value, str):
+                    fields[name] = repr(value)
         return _json_block(element_id, block)
 
 
-def _slots(timelines: Sequence[Timeline] | None) -> tuple[dict[str, str], Counter[str]]:
-    """The slot each labelled run ran in, by label (its latest session's when run again).
-
-    And the runs counted by outcome (one pass: ``spans`` is built on each call).
-    """
+def _slots(placed: Placed | None) -> dict[str, str]:
+    """The slot each labelled run ran in, by label (its latest session's when run again)."""
     slots: dict[str, str] = {}
-    outcomes: Counter[str] = Counter()
-    if not timelines:
-        return slots, outcomes
-    several = len(timelines) > 1
-    for session, timeline in enumerate(timelines, 1):
-        spans = timeline.spans
-        outcomes.update(span.outcome for span in spans)
-        for span in spans:
-            if span.label is not None and span.slot is not None:
-                where = f"slot {span.slot}"
-                slots[span.label] = f"{where} of session {session}" if several else where
-    return slots, outcomes
+    if placed is None:
+        return slots
+    several = placed.traced > 1
+    for span, session in zip(placed.spans, placed.session, strict=True):
+        if span.label is not None and span.slot is not None:
+            where = f"slot {span.slot}"
+            slots[span.label] = f"{where} of session {session + 1}" if several else where
+    return slots
 
 
-def _rows_data(run: RunView, slots: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
-    """The table's columns (one list per column) and the blocks of samples."""
+@attrs.frozen
+class _Rows:
+    """What one pass over the rollouts gathers for the page.
+
+    Attributes:
+        data: The table's columns, one list per column, as the page's script reads them.
+        blocks: The samples, as ``<script type="application/json">`` elements.
+        statuses: The rollouts counted by status.
+        rows_of: Each rollout's row, by the label its run has in a trace.
+    """
+
+    data: dict[str, Any]
+    blocks: list[str]
+    statuses: Counter[str]
+    rows_of: dict[str, int]
+
+
+def _error_head(rollout: Rollout) -> str:
+    error = rollout.error
+    if error is None:
+        return ""
+    head = f"{error.type}: {error.message}" if error.message else error.type
+    return head[:_ERROR_HEAD]
+
+
+def _score_column(rollouts: Sequence[Rollout], name: str) -> list[float | None]:
+    return [
+        finite(score.get(name) if isinstance(score, dict) else score if name == "score" else None)
+        for score in (rollout.score for rollout in rollouts)
+    ]
+
+
+def _rows_data(run: RunView, slots: Mapping[str, str]) -> _Rows:
+    """The table's columns and the blocks of samples.
+
+    A column at a time (a list comprehension each): a report of 100,000
+    rows spends half as long here as with one loop appending to them all.
+    """
     rollouts = run.rollouts
     names: dict[str, None] = {}
     for rollout in rollouts:
@@ -250,46 +334,38 @@ def _rows_data(run: RunView, slots: Mapping[str, str]) -> tuple[dict[str, Any], 
             names.update(dict.fromkeys(score))
         elif score is not None:
             names["score"] = None
-    scores: dict[str, list[float | None]] = {name: [] for name in names}
-    task, number, status, attempts, duration, errors, shown = [], [], [], [], [], [], []
-    blocks: list[str] = []
-    block: list[list[Any]] = []
-    for rollout in rollouts:
-        task.append(rollout.task_id)
-        number.append(rollout.rollout)
-        status.append(rollout.status)
-        attempts.append(rollout.attempts)
-        duration.append(finite(rollout.duration_s))
-        error = rollout.error
-        if error is None:
-            errors.append("")
-        else:
-            head = f"{error.type}: {error.message}" if error.message else error.type
-            errors.append(head[:_ERROR_HEAD])
-        score = rollout.score
-        shown.append(score_text(score))
-        values = score if isinstance(score, dict) else {"score": score}
-        for name, column in scores.items():
-            column.append(finite(values.get(name)))
-        block.append(sample_of(rollout, slots.get(f"{rollout.task_id} #{rollout.rollout}")))
-        if len(block) == CHUNK:
-            blocks.append(sample_block(f"sample-{len(blocks)}", block))
-            block = []
-    if block:
-        blocks.append(sample_block(f"sample-{len(blocks)}", block))
+    task = [rollout.task_id for rollout in rollouts]
+    number = [rollout.rollout for rollout in rollouts]
+    status = [rollout.status for rollout in rollouts]
+    labels = [rollout_label(*key) for key in zip(task, number, strict=True)]
+    # A block at a time: 100,000 samples alive at once cost the garbage
+    # collector more than their encoding.
+    blocks = [
+        sample_block(
+            f"sample-{count}",
+            [
+                sample_of(rollout, slots.get(label) if slots else None)
+                for rollout, label in zip(
+                    rollouts[start : start + CHUNK], labels[start : start + CHUNK], strict=True
+                )
+            ],
+        )
+        for count, start in enumerate(range(0, len(rollouts), CHUNK))
+    ]
     data = {
         "task": task,
         "rollout": number,
         "status": status,
-        "attempts": attempts,
-        "duration": duration,
-        "error": errors,
-        "score": shown,
+        "attempts": [rollout.attempts for rollout in rollouts],
+        "duration": [finite(rollout.duration_s) for rollout in rollouts],
+        "error": [_error_head(rollout) for rollout in rollouts],
+        "score": [score_text(rollout.score) for rollout in rollouts],
         "chunk": CHUNK,
         "fields": FIELDS,
-        "scores": scores,
+        "scores": {name: _score_column(rollouts, name) for name in names},
     }
-    return data, blocks
+    rows_of = dict(zip(labels, range(len(labels)), strict=True))
+    return _Rows(data=data, blocks=blocks, statuses=Counter(status), rows_of=rows_of)
 
 
 # -- the summary -----------------------------------------------------------------------
@@ -303,65 +379,82 @@ def _card(value: object, what: str, detail: str = "") -> str:
 def _stats_card(name: str, stats: ScoreStats, unit: str) -> str:
     detail = f"over {stats.n:,} {unit}"
     if stats.clustered:
-        detail += f" of {stats.tasks:,} tasks"
+        detail = f"task-weighted, {detail} of {stats.tasks:,} tasks"
     if stats.ci95 is not None:
         low, high = stats.ci95
         detail = f"95% CI {_number(low)} to {_number(high)}, {detail}"
     return _card(_number(stats.mean), f"mean {name}", detail)
 
 
-def _stats(by_task: Mapping[str, Sequence[float]]) -> ScoreStats | None:
-    try:
-        return stats_of(by_task)
-    except OverflowError:
-        # The spread of finite scores near the float limit (+-1.5e308) has no
-        # float: the mean alone is still worth showing.
-        values = [value for group in by_task.values() for value in group]
-        return ScoreStats(mean=exact_mean(values), n=len(values), tasks=len(by_task))
+def _mean_text(stats: ScoreStats) -> str:
+    """A score's mean as the histogram's caption names it (the card's number)."""
+    return f"{_number(stats.mean)} (task-weighted)" if stats.clustered else _number(stats.mean)
 
 
-def _score_cards(run: RunView) -> list[str]:
-    """Each score's mean with its 95% interval over the rows (docs/eval.md, "Statistics").
+def _unended(run: RunView, running: bool) -> str:
+    """What the page says of a run whose latest session has not written its end.
 
-    ``run.json``'s statistics when they are over the same rows; computed
-    from the rows when it has none (a run a kill stopped before it wrote
-    its summary gets the same cards as a finished one) or they are of fewer
-    rows (a resumed session still running).
+    Killed (no session holds the directory): what it planned and how far
+    it got, from ``run.json``'s settings and the rows, and the command that
+    resumes it. Still running: that the page shows its rows so far.
     """
-    groups: dict[str, dict[str, list[float]]] = {}
-    for rollout in run.rollouts:
-        if rollout.status != "ok":
-            continue
-        for name, value in score_items(rollout.score):
-            if math.isfinite(value):
-                groups.setdefault(name, {}).setdefault(rollout.task_id, []).append(value)
-    recorded = run.summary.score_stats if run.summary is not None else {}
-    cards = []
-    for name, by_task in groups.items():
-        stats = recorded.get(name)
-        if stats is None or stats.n != sum(len(values) for values in by_task.values()):
-            # Exact arithmetic: a second or so per 100,000 rows.
-            stats = _stats(by_task)
-        if stats is not None:
-            cards.append(_stats_card(name, stats, "rollouts"))
-    return cards
-
-
-def _summary(run: RunView) -> str:
     summary = run.summary
-    statuses = Counter(rollout.status for rollout in run.rollouts)
+    assert summary is not None
+    recorded = len(run.rollouts)
+    ok = sum(1 for rollout in run.rollouts if rollout.status == "ok")
+    seen = len({rollout.task_id for rollout in run.rollouts})
+    holds = f"results.jsonl holds {recorded:,} rollouts ({ok:,} ok) of {seen:,} tasks"
+    if running:
+        return (
+            f'<p class="killed"><b>Running.</b> A session is running it now: this page '
+            f"shows what it had written when the page was made; {holds}.</p>"
+        )
+    config = summary.config
+    rollouts = config.get("rollouts")
+    tasks = config.get("num_tasks")
+    per_task = rollouts if isinstance(rollouts, int) and not isinstance(rollouts, bool) else 1
+    planned = summary.counts.get("planned", 0)
+    if isinstance(tasks, int) and not isinstance(tasks, bool):
+        plan = f"{tasks:,} tasks \u00d7 {per_task:,} rollouts ({tasks * per_task:,} rollouts)"
+    elif planned:
+        plan = f"{planned:,} rollouts so far ({per_task:,} per task)"
+    else:
+        plan = f"{per_task:,} rollout{'s' if per_task != 1 else ''} of every task of its taskset"
+    target = config.get("target")
+    if isinstance(target, str):
+        resume = (
+            f"Resume it with <code>{_text(resume_command(str(run.directory)))}</code>: "
+            "only the rollouts without an ok row run again."
+        )
+    else:
+        resume = (
+            "Resume it by calling <code>evaluate()</code> again with the same environment, "
+            f"<code>output_dir={_text(repr(str(run.directory)))}</code> and "
+            "<code>resume=True</code>."
+        )
+    return (
+        '<p class="killed"><b>Killed.</b> Its last session never wrote its end to run.json, '
+        f"and no session holds it. It planned {_text(plan)}; {holds}. {resume}</p>"
+    )
+
+
+def _summary(
+    run: RunView, statuses: Counter[str], stats: Mapping[str, ScoreStats], running: bool
+) -> str:
+    summary = run.summary
     cards = [_card(f"{len(run.rollouts):,}", "rollouts recorded")]
     cards.extend(_card(f"{count:,}", status) for status, count in sorted(statuses.items()))
     if summary is not None:
         for name in ("planned", "resumed", "abandoned", "cut_short"):
             if summary.counts.get(name):
                 cards.append(_card(f"{summary.counts[name]:,}", name.replace("_", " ")))
-    cards.extend(_score_cards(run))
+    cards.extend(_stats_card(name, found, "rollouts") for name, found in stats.items())
     facts: list[tuple[str, str]] = []
     if summary is not None:
         if summary.environment:
             facts.append(("environment", summary.environment))
-        facts.append(("stop reason", summary.stop_reason or "none yet (running, or killed)"))
+        unended = "none yet: running" if running else "none: killed"
+        facts.append(("stop reason", summary.stop_reason or unended))
         if summary.error:
             facts.append(("why", summary.error))
         if summary.passed is not None:
@@ -391,7 +484,8 @@ def _summary(run: RunView) -> str:
     if errors:
         common = errors.most_common(8)
         facts.append(("errors by type", ", ".join(f"{name} ({count})" for name, count in common)))
-    return f'<div class="cards">{"".join(cards)}</div>{_facts(facts)}'
+    killed = _unended(run, running) if summary is not None and not run.ended else ""
+    return f'{killed}<div class="cards">{"".join(cards)}</div>{_facts(facts)}'
 
 
 def _facts(facts: Iterable[tuple[str, str]]) -> str:
@@ -423,27 +517,30 @@ def _configuration(run: RunView) -> str:
 
 
 def _reduced(run: RunView) -> tuple[str, str | None]:
-    """The per-task reduced table's section and its data, when the run reduced."""
-    tasks = run.tasks
+    """The per-task reduced table's section and its data, when the run reduced.
+
+    Its tasks in natural order (``t2`` before ``t10``).
+    """
+    tasks = sorted(run.tasks, key=lambda task: natural_key(task.task_id))
     if not tasks:
         return "", None
     names: dict[str, None] = {}
     for task in tasks:
         names.update(dict.fromkeys(task.reduced))
-    rows = []
+    rows: list[dict[str, Any]] = []
     columns: dict[str, dict[str, list[float]]] = {name: {} for name in names}
     for task in tasks:
         values = [finite(task.reduced.get(name)) for name in names]
         for name, value in zip(names, values, strict=True):
             if value is not None:
                 columns[name][task.task_id] = [value]
-        rows.append([task.task_id, task.rollouts, *values])
+        rows.append({"task": task.task_id, "rollouts": task.rollouts, "values": values})
     recorded = run.summary.reduced if run.summary is not None else {}
     cards = []
     for name, by_task in columns.items():
         stats = recorded.get(name)
         if stats is None or stats.n != len(by_task):
-            stats = _stats(by_task)
+            stats = task_stats(by_task)
         if stats is not None:
             cards.append(_stats_card(name, stats, "tasks"))
     section = (
@@ -457,7 +554,7 @@ def _reduced(run: RunView) -> tuple[str, str | None]:
 # -- the timeline and the table --------------------------------------------------------
 
 
-def _legend() -> str:
+def _legend(window: bool) -> str:
     items = [
         f'<span><i style="background:{colour}"></i>{name}</span>'
         for name, colour in COLOURS.items()
@@ -467,29 +564,30 @@ def _legend() -> str:
         f"{name}</span>"
         for name, (colour, style) in MARKS.items()
     )
+    if window:
+        items.append(
+            f'<span><i class="line" style="border-color:{WINDOW_COLOUR}"></i>window size</span>'
+        )
     return f'<div class="legend">{"".join(items)}</div>'
 
 
 def _timeline(
-    timelines: Sequence[Timeline] | None,
-    problem: str | None,
-    outcomes: Counter[str],
-    run: RunView,
+    placed: Placed | None, problem: str | None, run: RunView, rows_of: Mapping[str, int]
 ) -> str:
-    if timelines is None:
+    if placed is None:
         return f'<p class="muted">{_text(problem)}</p>'
-    slots = max((timeline.slots for timeline in timelines), default=0)
-    total = sum(timeline.end for timeline in timelines)
+    total = placed.elapsed
+    outcomes = placed.outcomes
     line = ", ".join(f"{count} {outcome}" for outcome, count in sorted(outcomes.items()))
-    sessions = f" in {len(timelines)} sessions" if len(timelines) > 1 else ""
+    sessions = f" in {placed.traced} sessions" if placed.traced > 1 else ""
     hint = " Click a run's bar to open its row." if run.rollouts else ""
     # A session run without --trace left no timeline: the picture says so.
     recorded = run.summary.sessions if run.summary is not None else None
     return (
         f'<p class="muted">{sum(outcomes.values())} runs over {total:.3g} s{sessions} '
-        f"in {slots} slots: {_text(line) or 'none'}.{hint}</p>"
-        + _legend()
-        + timeline_svg(timelines, sessions=recorded)
+        f"in {placed.slots} slots: {_text(line) or 'none'}.{hint}</p>"
+        + _legend(bool(placed.window))
+        + timeline_svg(placed, sessions=recorded, rows_of=rows_of)
     )
 
 
@@ -504,10 +602,9 @@ _COLUMNS: Final = (
 )
 
 
-def _table(run: RunView) -> str:
+def _table(run: RunView, statuses: Counter[str]) -> str:
     if not run.rollouts:
         return '<p class="muted">No rollouts recorded (results.jsonl is missing or empty).</p>'
-    statuses = Counter(rollout.status for rollout in run.rollouts)
     buttons = [
         f'<button type="button" data-filter="all" aria-pressed="true">'
         f"all ({len(run.rollouts)})</button>"
@@ -583,6 +680,7 @@ def render(directory: Path, output: Path) -> str:
             f"{directory} holds no run.json, results.jsonl or trace: nothing to report"
         )
     summary = run.summary
+    running = summary is not None and not run.ended and SessionLock.held(directory)
     title = (summary.environment if summary and summary.environment else None) or directory.name
     badge = ""
     if summary is not None and summary.passed is not None:
@@ -593,35 +691,42 @@ def render(directory: Path, output: Path) -> str:
         )
     elif summary is not None and summary.stop_reason:
         badge = f'<span class="badge">{_text(summary.stop_reason)}</span>'
-    series = run.score_series()
+    elif summary is not None:
+        badge = f'<span class="badge killed">{"running" if running else "killed"}</span>'
+    placed = place(timelines) if timelines is not None else None
+    rows = _rows_data(run, _slots(placed)) if run.rollouts else None
+    statuses = rows.statuses if rows is not None else Counter[str]()
+    groups = run.score_groups()
+    stats = run.score_stats(groups)
     sections = []
     data = []
     if run.is_eval:
-        sections.append(f"<h2>Summary</h2>{_summary(run)}")
+        sections.append(f"<h2>Summary</h2>{_summary(run, statuses, stats, running)}")
         sections.append(
             f'<details class="section"><summary><h2>Configuration</h2></summary>'
             f"{_configuration(run)}</details>"
         )
-    slots, outcomes = _slots(timelines)
-    timeline = _timeline(timelines, problem, outcomes, run)
-    sections.append(f"<h2>Timeline</h2>{timeline}")
+    rows_of = rows.rows_of if rows is not None else {}
+    sections.append(f"<h2>Timeline</h2>{_timeline(placed, problem, run, rows_of)}")
+    series = run.score_series()
     if series:
-        sections.append(f'<h2>Scores</h2><div class="hists">{histograms_svg(series)}</div>')
+        means = {name: _mean_text(found) for name, found in stats.items()}
+        sections.append(f'<h2>Scores</h2><div class="hists">{histograms_svg(series, means)}</div>')
     reduced, tasks = _reduced(run)
     if tasks is not None:
         sections.append(f"<h2>Tasks</h2>{reduced}")
         data.append(tasks)
     if run.is_eval:
-        sections.append(f"<h2>Rollouts</h2>{_table(run)}")
-    blocks: list[str] = []
-    if run.rollouts:
-        rows, blocks = _rows_data(run, slots)
-        data.append(_json_block("rows-data", rows))
+        sections.append(f"<h2>Rollouts</h2>{_table(run, statuses)}")
+    if rows is not None:
+        data.append(_json_block("rows-data", rows.data))
     header = (
         f"<h1>{_text(title)} {badge}</h1>"
         f'<div class="muted">run directory: <code>{_text(where(directory, output))}</code></div>'
     )
-    return page(title, header, "".join(sections), data=data, late=blocks)
+    return page(
+        title, header, "".join(sections), data=data, late=rows.blocks if rows is not None else ()
+    )
 
 
 def write_report(
@@ -631,8 +736,8 @@ def write_report(
 
     Args:
         directory: An evaluation's run directory, or any directory with a trace.
-        output: Where to write (``report.html`` inside it when it is a
-            directory); default ``DIRECTORY/report.html``.
+        output: Where to write: a ``.html`` file, or a directory to write
+            ``report.html`` in; default ``DIRECTORY/report.html``.
 
     Returns:
         The path written.
@@ -640,6 +745,7 @@ def write_report(
     Raises:
         FileNotFoundError: ``directory`` does not exist or holds nothing to
             report, or the folder ``output`` goes in does not exist.
+        ValueError: ``output`` names a file that is not ``.html`` (or ``.htm``).
         OSError: the report cannot be written.
     """
     directory = Path(directory)

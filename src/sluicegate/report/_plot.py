@@ -4,20 +4,30 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
 
 from .._trace import Timeline
 from ._errors import ReportError
-from ._layout import COLOURS, MARKS, flight_columns, place, score_bins
+from ._layout import (
+    COLOURS,
+    MARKS,
+    WINDOW_COLOUR,
+    Placed,
+    flight_columns,
+    place,
+    place_rows,
+    score_bins,
+)
 from ._run import RunView, read_run
 from ._text import inert
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["PlotUnavailable", "plot"]
+__all__ = ["WITHOUT_TRACE", "Drawn", "PlotUnavailable", "draw", "plot"]
 
 # The runs in flight are drawn at about the image's width in pixels.
 _COLUMNS = 1200
@@ -54,8 +64,12 @@ def plot(path: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
     """Draw the timeline of ``path`` (a trace, an event log or a run directory) into ``output``.
 
     One row per slot with a bar per run, coloured by how it ended; drain,
-    failure and close as vertical lines; the runs in flight below. For an
-    evaluation's run directory, the score distribution beside it. The
+    failure and close as vertical lines; the runs in flight below (and the
+    window object's size, when the trace recorded one). For an evaluation's
+    run directory, the score distribution beside it. A run directory
+    recorded without a trace is drawn from ``results.jsonl``: each rollout
+    from its start for its duration, in lanes (the fewest rows where none
+    overlap; the trace's slots are the window's own), and its scores. The
     image format follows ``output``'s suffix (``.png``, ``.svg``, ``.pdf``):
     an existing directory gets ``timeline.png`` inside it, and a name
     without a suffix gets ``.png``.
@@ -65,27 +79,59 @@ def plot(path: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
 
     Raises:
         PlotUnavailable: matplotlib is not installed.
-        FileNotFoundError: ``path`` holds no trace.
+        FileNotFoundError: ``path`` holds no trace and no evaluation's rows.
         ValueError: ``path`` is not a sluicegate trace.
     """
+    return draw(path, output).path
+
+
+@attrs.frozen
+class Drawn:
+    """What :func:`draw` wrote.
+
+    Attributes:
+        path: The image.
+        traced: Whether it was drawn from a trace (else from ``results.jsonl``).
+    """
+
+    path: Path
+    traced: bool
+
+
+def draw(path: str | os.PathLike[str], output: str | os.PathLike[str]) -> Drawn:
+    """:func:`plot`, saying whether the picture came from a trace (``sluicegate plot`` says so)."""
     plt = _pyplot()
     path, output = Path(path), _image_path(Path(output))
-    timelines = Timeline.read(path)
     run = read_run(path) if path.is_dir() else None
+    try:
+        placed = place(Timeline.read(path))
+        traced = True
+    except FileNotFoundError:
+        if run is None or not run.rollouts:
+            raise
+        placed, traced = place_rows(run.rollouts), False
     scores = run.score_series() if run is not None else {}
     # Names are text: `$^ vs ^$` in an environment or a score's name is not TeX.
     with plt.rc_context({"text.parse_math": False}):
-        _draw(plt, path, output, timelines, run, scores)
-    return output
+        _draw(plt, path, output, placed, run, scores, traced)
+    return Drawn(output, traced)
+
+
+# What a trace adds to a picture drawn from results.jsonl alone.
+WITHOUT_TRACE: Final = (
+    "no trace: drawn from results.jsonl; --trace adds the window's slots, "
+    "the drain and failure marks and the window size"
+)
 
 
 def _draw(
     plt: Any,
     path: Path,
     output: Path,
-    timelines: Sequence[Timeline],
+    placed: Placed,
     run: RunView | None,
     scores: dict[str, list[float]],
+    traced: bool,
 ) -> None:
     figure = plt.figure(figsize=(12 if scores else 10, 5.5), layout="constrained")
     grid = figure.add_gridspec(
@@ -93,8 +139,9 @@ def _draw(
     )
     slots = figure.add_subplot(grid[0, 0])
     flight = figure.add_subplot(grid[1, 0], sharex=slots)
-    _draw_timeline(slots, flight, timelines)
-    figure.suptitle(inert(_title(path, run, len(timelines))))
+    _draw_timeline(slots, flight, placed, "slot" if traced else "lane")
+    title = _title(path, run, placed.traced if traced else None)
+    figure.suptitle(inert(title if traced else f"{title}\n{WITHOUT_TRACE}"))
     if scores:
         _draw_scores(figure.add_subplot(grid[:, 1]), scores)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +149,7 @@ def _draw(
     plt.close(figure)
 
 
-def _title(path: Path, run: RunView | None, traced: int) -> str:
+def _title(path: Path, run: RunView | None, traced: int | None) -> str:
     name = path.name or str(path)
     if run is not None and run.summary is not None:
         summary = run.summary
@@ -111,7 +158,7 @@ def _title(path: Path, run: RunView | None, traced: int) -> str:
             parts.append(summary.stop_reason)
         if summary.passed is not None:
             parts.append("passed" if summary.passed else "did not pass")
-        if traced < summary.sessions:
+        if traced is not None and traced < summary.sessions:
             # A session run without --trace left no timeline: the picture
             # must not pass for the whole run.
             parts.append(f"timeline of {traced} of {summary.sessions} sessions (the traced ones)")
@@ -119,16 +166,15 @@ def _title(path: Path, run: RunView | None, traced: int) -> str:
     return name
 
 
-def _draw_timeline(slots: Axes, flight: Axes, timelines: Sequence[Timeline]) -> None:
+def _draw_timeline(slots: Axes, flight: Axes, placed: Placed, row: str) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
-    placed = place(timelines)
     bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
-    for span, end in zip(placed.spans, placed.ends, strict=True):
-        assert span.started is not None and span.slot is not None
-        bars.setdefault((span.slot, span.outcome), []).append((span.started, end - span.started))
+    for span, start, end in zip(placed.spans, placed.starts, placed.ends, strict=True):
+        assert span.slot is not None
+        bars.setdefault((span.slot, span.outcome), []).append((start, end - start))
     # A hairline between neighbouring runs while there are few enough to see.
     edge = (
         {"edgecolor": "white", "linewidth": 0.6}
@@ -155,9 +201,9 @@ def _draw_timeline(slots: Axes, flight: Axes, timelines: Sequence[Timeline]) -> 
     )
     rows = max(placed.slots, 1)
     slots.set_ylim(rows - 0.5, -0.5)
-    slots.set_ylabel("slot")
+    slots.set_ylabel(row)
     if rows <= 16:
-        slots.set_yticks(range(rows), [f"slot {slot}" for slot in range(rows)])
+        slots.set_yticks(range(rows), [f"{row} {slot}" for slot in range(rows)])
     if handles:
         slots.legend(
             handles=handles,
@@ -181,7 +227,7 @@ def _draw_timeline(slots: Axes, flight: Axes, timelines: Sequence[Timeline]) -> 
         times = [time for time, _ in placed.window] + [placed.end]
         sizes = [size for _, size in placed.window]
         sizes.append(sizes[-1])
-        flight.step(times, sizes, where="post", color="#9467bd", linewidth=1.4, label="window")
+        flight.step(times, sizes, where="post", color=WINDOW_COLOUR, linewidth=1.4, label="window")
         flight.legend(loc="upper right", fontsize="small", frameon=False)
         top = max(top, *sizes)
     flight.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))

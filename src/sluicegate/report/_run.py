@@ -11,8 +11,10 @@ from ``tasks.jsonl``.
 
 from __future__ import annotations
 
-import math
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Final
 
 import attrs
 
@@ -27,8 +29,8 @@ from ..eval._format import (
     read_tasks,
 )
 from ..eval._records import ErrorInfo, TaskRow
-from ..eval._score import score_items
-from ..eval._stats import ScoreStats, stats_of
+from ..eval._score import finite_score_items
+from ..eval._stats import ScoreStats, exact_mean, stats_of
 
 __all__ = [
     "RESULTS",
@@ -40,7 +42,10 @@ __all__ = [
     "ScoreStats",
     "Summary",
     "TaskRow",
+    "natural_key",
     "read_run",
+    "rollout_label",
+    "task_stats",
 ]
 
 # The names the report has always used for the format owner's records.
@@ -78,30 +83,104 @@ class RunView:
         """Whether the directory holds an evaluation's files."""
         return self.summary is not None or bool(self.rollouts)
 
-    def score_stats(self) -> dict[str, ScoreStats]:
-        """Each score's statistics over the ok rows, as ``run.json`` gives them when it ends.
+    @property
+    def ended(self) -> bool:
+        """Whether its latest session wrote its end (a stop reason) to ``run.json``.
 
-        Computed from the rows, so that a run killed before its final
-        ``run.json`` shows the same means and intervals as a finished one.
+        A session that was killed never does; one still running has not yet.
         """
+        return self.summary is not None and self.summary.stop_reason is not None
+
+    def score_groups(self) -> dict[str, dict[str, list[float]]]:
+        """Each score's finite values over the ok rows, by task (what the statistics are of)."""
         values: dict[str, dict[str, list[float]]] = {}
         for rollout in self.rollouts:
             if rollout.status != "ok":
                 continue
-            for name, value in score_items(rollout.score):
-                if math.isfinite(value):
-                    values.setdefault(name, {}).setdefault(rollout.task_id, []).append(value)
-        found = {name: stats_of(values[name]) for name in sorted(values)}
-        return {name: stats for name, stats in found.items() if stats is not None}
+            for name, value in finite_score_items(rollout.score):
+                values.setdefault(name, {}).setdefault(rollout.task_id, []).append(value)
+        return values
+
+    def score_stats(
+        self, groups: Mapping[str, Mapping[str, Sequence[float]]] | None = None
+    ) -> dict[str, ScoreStats]:
+        """Each score's statistics over the ok rows: the run's one mean, with its interval.
+
+        The mean is task-weighted (each task's rollouts averaged first, then
+        the tasks), as the eval summary, its ``--min-score`` gate and
+        ``run.json`` give it (docs/eval.md, "Statistics"). ``run.json``'s
+        own ``score_stats`` when they are over the same rows; computed from
+        the rows when it has none (a run a kill stopped before it wrote its
+        summary gets the same numbers as a finished one) or they are of
+        fewer rows (a resumed session still running).
+
+        Args:
+            groups: :meth:`score_groups`, when the caller has them already.
+        """
+        if groups is None:
+            groups = self.score_groups()
+        recorded = self.summary.score_stats if self.summary is not None else {}
+        found: dict[str, ScoreStats] = {}
+        for name in sorted(groups):
+            by_task = groups[name]
+            stats = recorded.get(name)
+            if stats is None or stats.n != sum(len(values) for values in by_task.values()):
+                stats = task_stats(by_task)
+            if stats is not None:
+                found[name] = stats
+        return found
 
     def score_series(self) -> dict[str, list[float]]:
-        """Each score's values over the rollouts that have one (``"score"`` for plain numbers)."""
+        """Each score's finite values over the ok rows (``"score"`` for plain numbers)."""
         series: dict[str, list[float]] = {}
         for rollout in self.rollouts:
-            for name, value in score_items(rollout.score):
-                if math.isfinite(value):
-                    series.setdefault(name, []).append(value)
+            if rollout.status != "ok":
+                continue
+            for name, value in finite_score_items(rollout.score):
+                series.setdefault(name, []).append(value)
         return series
+
+
+def task_stats(by_task: Mapping[str, Sequence[float]]) -> ScoreStats | None:
+    """:func:`~sluicegate.eval._stats.stats_of`, or the mean alone where the spread has no float.
+
+    The spread of finite scores near the float limit (±1.5e308) overflows;
+    the mean is still worth showing.
+    """
+    try:
+        return stats_of(by_task)
+    except OverflowError:
+        means = [exact_mean(values) for values in by_task.values() if values]
+        n = sum(len(values) for values in by_task.values())
+        return ScoreStats(mean=exact_mean(means), n=n, tasks=len(means), clustered=n > len(means))
+
+
+def rollout_label(task_id: str, rollout: int) -> str:
+    """The label of a rollout's run in an evaluation's trace: ``"TASK #ROLLOUT"``.
+
+    The one spelling the report matches a trace's runs to the rows of
+    ``results.jsonl`` by (it is the label ``sluicegate eval --trace`` gives).
+    """
+    return f"{task_id} #{rollout}"
+
+
+_DIGITS: Final = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple[tuple[int, int, str], ...]:
+    """A key that sorts ids as a person reads them: ``task-2`` before ``task-10``.
+
+    Runs of digits compare as numbers (by their length without leading
+    zeros, then their digits: no ``int()``, whose length is capped), the
+    rest as case-folded text.
+    """
+    # split() with a group: the digit runs are the odd parts.
+    parts = _DIGITS.split(text)
+    return tuple(
+        (0, len(part.lstrip("0")), part.lstrip("0")) if odd else (1, 0, part.casefold())
+        for odd, part in ((index % 2 == 1, part) for index, part in enumerate(parts))
+        if part
+    )
 
 
 def read_run(directory: Path) -> RunView:

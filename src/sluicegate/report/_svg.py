@@ -7,13 +7,12 @@ elements however many runs there were.
 
 from __future__ import annotations
 
+import itertools
 import math
-import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
-from .._trace import Timeline
-from ._layout import COLOURS, MARKS, flight_columns, place, score_bins
+from ._layout import COLOURS, MARKS, WINDOW_COLOUR, Placed, flight_columns, score_bins
 from ._text import html_text
 
 __all__ = ["histograms_svg", "timeline_svg"]
@@ -30,6 +29,7 @@ _DASHES: Final = {"solid": "", "dashed": "6 3", "dotted": "1.5 3"}
 _TINY_PX: Final = 2.0
 _GAP_PX: Final = 0.6
 _MIN_PX: Final = 0.75
+_BINS: Final = 20
 
 
 def _ticks(end: float, pixels: float) -> list[float]:
@@ -52,7 +52,7 @@ def _bar_width(width: float) -> float:
 
 
 def _merge(
-    runs: list[tuple[float, float, int]], outcomes: list[str]
+    runs: list[tuple[float, float, int]], outcomes: Sequence[str]
 ) -> list[tuple[float, float, list[int]]]:
     """Runs of one row (``(x0, x1, number)``) as bars: tiny touching runs alike merge."""
     bars: list[tuple[float, float, list[int]]] = []
@@ -70,14 +70,22 @@ def _merge(
     return bars
 
 
-def timeline_svg(timelines: Sequence[Timeline], *, sessions: int | None = None) -> str:
-    """The runs of ``timelines`` as an SVG: slots as rows, runs in flight below.
+def timeline_svg(
+    placed: Placed,
+    *,
+    sessions: int | None = None,
+    rows_of: Mapping[str, int] | None = None,
+) -> str:
+    """The runs :func:`~._layout.place` laid out, as an SVG: slots as rows, runs in flight below.
 
     ``sessions``, the run's number of sessions (``run.json``'s), makes the
     picture say how many of them it shows when some left no timeline (a
-    session run without ``--trace``).
+    session run without ``--trace``). ``rows_of`` maps a run's label to its
+    row in the report's table: its bar carries the row's number in
+    ``data-row``, which the page's script opens on a click. The window
+    object's size, when the trace recorded one, is a line over the runs in
+    flight.
     """
-    placed = place(timelines)
     rows = max(placed.slots, 1)
     row = max(3.0, min(16.0, 260 / rows))
     plot_width = WIDTH - _LEFT - _RIGHT
@@ -115,46 +123,66 @@ def timeline_svg(timelines: Sequence[Timeline], *, sessions: int | None = None) 
         )
     # The runs, merged where they share a pixel.
     by_slot: dict[int, list[tuple[float, float, int]]] = {}
-    for number, (span, finish) in enumerate(zip(placed.spans, placed.ends, strict=True)):
-        assert span.started is not None and span.slot is not None
-        by_slot.setdefault(span.slot, []).append((x(span.started), x(finish), number))
+    spans = placed.spans
+    for number, span in enumerate(spans):
+        assert span.slot is not None
+        start, finish = placed.starts[number], placed.ends[number]
+        by_slot.setdefault(span.slot, []).append((x(start), x(finish), number))
+    outcomes = [span.outcome for span in spans]
+    rows_of = rows_of or {}
     for slot, runs in by_slot.items():
         top = _TOP + slot * row + row * 0.1
-        for left, right, group in _merge(runs, [span.outcome for span in placed.spans]):
-            first = placed.spans[group[0]]
+        for left, right, group in _merge(runs, outcomes):
+            first = spans[group[0]]
             name = first.label if first.label is not None else f"item {first.index}"
             if len(group) == 1:
-                assert first.started is not None
                 what = first.outcome if first.error is None else f"error {first.error}"
-                took = _seconds(placed.ends[group[0]] - first.started)
+                took = _seconds(placed.ends[group[0]] - placed.starts[group[0]])
                 tip = f"{name} (item {first.index}): {what}, {took}"
-                first_run = ""
             else:
                 # A bar of several runs opens the first of them in the report.
                 tip = f"{len(group)} runs, {first.outcome}, from {name}"
-                first_run = f' data-first="{html_text(name)}"'
+            found = rows_of.get(first.label) if first.label is not None else None
+            opens = "" if found is None else f' data-row="{found}"'
             out.append(
                 f'<rect x="{left:.2f}" y="{top:.2f}" width="{_bar_width(right - left):.2f}" '
-                f'height="{row * 0.8:.2f}" fill="{COLOURS[first.outcome]}"{first_run}>'
+                f'height="{row * 0.8:.2f}" fill="{COLOURS[first.outcome]}"{opens}>'
                 f"<title>{html_text(tip)}</title></rect>"
             )
-    # Runs in flight: the most within each pixel column.
+    # Runs in flight: the most within each pixel column; the window's size
+    # on the same scale.
     highs = flight_columns(placed.in_flight, end, plot_width)
     peak = max(highs, default=0)
-    top_count = max(peak, 1)
+    sizes = [size for _, size in placed.window]
+    top_count = max(peak, *sizes, 1)
     out.append(
         f'<line x1="{_LEFT}" y1="{flight_bottom}" x2="{WIDTH - _RIGHT}" y2="{flight_bottom}" '
         f'stroke="#888"/>'
     )
+
+    def y(count: int) -> float:
+        return flight_bottom - count / top_count * (_FLIGHT - 4)
+
     if placed.in_flight:
         points = [f"{_LEFT},{flight_bottom}"]
         for column, high in enumerate(highs):
-            y = flight_bottom - high / top_count * (_FLIGHT - 4)
-            points.append(f"{_LEFT + column},{y:.1f} {_LEFT + column + 1},{y:.1f}")
+            points.append(f"{_LEFT + column},{y(high):.1f} {_LEFT + column + 1},{y(high):.1f}")
         points.append(f"{WIDTH - _RIGHT},{flight_bottom}")
         out.append(
             f'<polygon points="{" ".join(points)}" fill="#33333326" stroke="#333" '
             f'stroke-width="0.8"><title>runs in flight (peak {peak})</title></polygon>'
+        )
+    if placed.window:
+        steps = [*placed.window, (end, placed.window[-1][1])]
+        points = []
+        for (time, size), (later, _) in itertools.pairwise(steps):
+            points.append(f"{x(time):.2f},{y(size):.1f} {x(later):.2f},{y(size):.1f}")
+        low, high = min(sizes), max(sizes)
+        held = f"{low}" if low == high else f"from {low} to {high}"
+        out.append(
+            f'<polyline class="window" points="{" ".join(points)}" fill="none" '
+            f'stroke="{WINDOW_COLOUR}" stroke-width="1.6"><title>window size: {held} '
+            f"({len(sizes)} change{'s' if len(sizes) > 1 else ''} recorded)</title></polyline>"
         )
     out.append(
         f'<text x="{_LEFT - 6}" y="{flight_top + 12}" class="lbl" text-anchor="end">'
@@ -162,7 +190,8 @@ def timeline_svg(timelines: Sequence[Timeline], *, sessions: int | None = None) 
     )
     out.append(f'<text x="{_LEFT - 6}" y="{flight_bottom}" class="lbl" text-anchor="end">0</text>')
     out.append(
-        f'<text x="{_LEFT - 6}" y="{flight_top + 26}" class="lbl" text-anchor="end">{peak}</text>'
+        f'<text x="{_LEFT - 6}" y="{flight_top + 26}" class="lbl" text-anchor="end">'
+        f"{top_count if sizes else peak}</text>"
     )
     # Sessions, instants, axis.
     for start in placed.sessions:
@@ -185,9 +214,9 @@ def timeline_svg(timelines: Sequence[Timeline], *, sessions: int | None = None) 
             f'stroke="#888"/><text x="{tx:.2f}" y="{flight_bottom + 16}" class="lbl" '
             f'text-anchor="middle">{tick:.6g}</text>'
         )
-    if sessions is not None and len(timelines) < sessions:
+    if sessions is not None and placed.traced < sessions:
         out.append(
-            f'<text x="{_LEFT}" y="{height - 1}" class="lbl">timeline of {len(timelines)} of '
+            f'<text x="{_LEFT}" y="{height - 1}" class="lbl">timeline of {placed.traced} of '
             f"{sessions} sessions (the traced ones)</text>"
         )
     out.append(
@@ -197,16 +226,20 @@ def timeline_svg(timelines: Sequence[Timeline], *, sessions: int | None = None) 
     return "".join(out)
 
 
-def histograms_svg(series: dict[str, list[float]], *, bins: int = 20) -> str:
-    """One small histogram per score name (at most six)."""
+def histograms_svg(series: Mapping[str, Sequence[float]], means: Mapping[str, str]) -> str:
+    """One small histogram per score name (at most six), each captioned with ``means[name]``.
+
+    The caption's mean is the report's (the summary's card, ``run.json``'s):
+    the histogram counts rollouts, but the mean is of tasks.
+    """
     charts = []
     for name, values in list(series.items())[:6]:
         label = html_text(name)
-        edges, counts = score_bins(values, bins)
+        edges, counts = score_bins(values, _BINS)
         low, high = min(values), max(values)
         tallest = max(counts)
         width, height, base = 280, 120, 100
-        bar = width / bins
+        bar = width / _BINS
         bars = "".join(
             f'<rect x="{i * bar:.2f}" y="{base - count / tallest * 90:.2f}" '
             f'width="{bar - 1:.2f}" height="{count / tallest * 90:.2f}" fill="#4a78b5">'
@@ -215,14 +248,27 @@ def histograms_svg(series: dict[str, list[float]], *, bins: int = 20) -> str:
             for i, count in enumerate(counts)
             if count
         )
-        mean = statistics.mean(values)  # exact: a sum of finite scores may overflow
+        if low == high:
+            # One value: named under its bar, not as an axis from it to itself.
+            (only,) = (i for i, count in enumerate(counts) if count)
+            axis = (
+                f'<text x="{(only + 0.5) * bar:.2f}" y="{base + 14}" class="lbl" '
+                f'text-anchor="middle">{low:.4g}</text>'
+            )
+            spread = f"every one {low:.4g}"
+        else:
+            axis = (
+                f'<text x="0" y="{base + 14}" class="lbl">{low:.4g}</text>'
+                f'<text x="{width}" y="{base + 14}" class="lbl" text-anchor="end">{high:.4g}</text>'
+            )
+            spread = f"{low:.4g} to {high:.4g}"
+        mean = means.get(name)
+        said = f"mean {html_text(mean)}; " if mean is not None else ""
         charts.append(
             f'<figure class="hist"><svg viewBox="0 0 {width} {height}" '
             f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{label} histogram">'
-            f'{bars}<line x1="0" y1="{base}" x2="{width}" y2="{base}" stroke="#888"/>'
-            f'<text x="0" y="{base + 14}" class="lbl">{low:.4g}</text>'
-            f'<text x="{width}" y="{base + 14}" class="lbl" text-anchor="end">{high:.4g}</text>'
-            f"</svg><figcaption>{label}: mean {mean:.4g} over {len(values)}"
+            f'{bars}<line x1="0" y1="{base}" x2="{width}" y2="{base}" stroke="#888"/>{axis}'
+            f"</svg><figcaption>{label}: {said}{len(values):,} rollouts, {spread}"
             f"</figcaption></figure>"
         )
     return "".join(charts)

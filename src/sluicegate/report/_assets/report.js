@@ -69,15 +69,19 @@
   }
 
 
-  // The names of a sample's fields, from the page's data.
-  var fieldNames = [];
+  // What the page calls each field of a sample, by the field's name in a
+  // row, in the order they are shown: the page's data, read once.
+  // Written only by report() or comparison(), as the page starts.
+  var fieldNames = {};
 
-  // The whole sample of one rollout, as a definition list. ``row`` is
-  // [fields, explanation, errors, started, slot]; a field is
-  // [place in fieldNames, value, note?]: a string is shown as it is,
-  // anything else as indented JSON.
-  function sample(row, scoreText, durationText, attempts, ok) {
-    var fields = row[0], explanation = row[1], errors = row[2], started = row[3], slot = row[4];
+  // The whole sample of one rollout, as a definition list. ``s`` is what
+  // sluicegate.report._html.sample_of() writes, by name: fields (by name),
+  // notes (by the same names), explanation, errors, started, slot; those
+  // without a value are left out. ``row`` is what the row's cells show:
+  // score (text), duration, attempts, status.
+  function sample(s, row) {
+    var fields = s.fields || {}, notes = s.notes || {}, errors = s.errors || [];
+    var attempts = row.attempts, durationText = duration(row.duration);
     var box = el("div", "sample"), list = el("dl");
     function item(name, content, note) {
       list.appendChild(el("dt", null, name));
@@ -87,32 +91,34 @@
       if (note) { dd.appendChild(el("div", "note", note)); }
       list.appendChild(dd);
     }
-    for (var i = 0; i < fields.length; i++) {
-      var field = fields[i];
-      var value = typeof field[1] === "string" ? field[1] : JSON.stringify(field[1], null, 2);
-      item(fieldNames[field[0]], value, field[2]);
-    }
-    if (scoreText || explanation) {
+    Object.keys(fieldNames).forEach(function (name) {
+      if (!Object.prototype.hasOwnProperty.call(fields, name)) { return; }
+      var value = fields[name];
+      item(fieldNames[name], typeof value === "string" ? value : JSON.stringify(value, null, 2),
+        notes[name]);
+    });
+    if (row.score || s.explanation) {
       var score = el("div");
-      score.appendChild(el("b", "u", scoreText || "no score"));
-      if (explanation) { score.appendChild(el("pre", "explanation", explanation)); }
+      score.appendChild(el("b", "u", row.score || "no score"));
+      if (s.explanation) { score.appendChild(el("pre", "explanation", s.explanation)); }
       item("score", score);
     }
     // The errors are those of the last attempts that failed: all of them for
     // an error row, all but the last for a row that passed on a retry.
+    var ok = row.status === "ok";
     var first = (ok ? attempts - 1 : attempts) - errors.length + 1;
-    for (var k = 0; k < errors.length; k++) {
-      var error = errors[k], attempt = el("div", "attempt");
-      attempt.appendChild(el("b", "u", error[1] ? error[0] + ": " + error[1] : error[0]));
-      if (error[2]) { attempt.appendChild(traceback(error[2])); }
+    errors.forEach(function (error, k) {
+      var attempt = el("div", "attempt");
+      attempt.appendChild(el("b", "u", error.message ? error.type + ": " + error.message : error.type));
+      if (error.traceback) { attempt.appendChild(traceback(error.traceback)); }
       item(attempts > 1 ? "attempt " + Math.max(1, first + k) + " of " + attempts : "error",
         attempt);
-    }
+    });
     var when = [];
     if (durationText) { when.push(durationText); }
-    if (started) { when.push("started " + started); }
+    if (s.started) { when.push("started " + s.started); }
     if (attempts > 1) { when.push(attempts + " attempts"); }
-    if (slot) { when.push("ran in " + slot); }
+    if (s.slot) { when.push("ran in " + s.slot); }
     if (when.length) { item("ran", el("span", "u", when.join(" \u00b7 "))); }
     box.appendChild(list);
     return box;
@@ -130,6 +136,7 @@
 
   // Blocks of samples, parsed on first use.
   function samples(prefix, chunk) {
+    // Each block parsed, by its number: written here only, never dropped.
     var cache = {};
     return function (index) {
       var block = Math.floor(index / chunk);
@@ -157,9 +164,20 @@
     var high = document.getElementById("score-max");
     var headers = Array.prototype.slice.call(document.querySelectorAll("#rollouts [data-sort]"));
     var buttons = Array.prototype.slice.call(document.querySelectorAll("[data-filter]"));
+    // The status filter and the sort: written by the filter buttons, the
+    // column headers (sortBy) and open(), which clears the filters.
     var status = "all", sortKey = null, descending = false;
+    // The task ids and error texts in lower case, made on the first search
+    // that needs them (by filter() only); they never change.
     var taskLower = null, errorLower = null;
-    var view = [], start = 0, end = 0, sorted = null;
+    // view: the row numbers the filters keep, in sorted order (filter() only).
+    // Invariant: list holds the rows view[start] .. view[end - 1], in order,
+    // and 0 <= start <= end <= view.length; only draw(), more() and before()
+    // change list, start and end, and every change of view is followed by a draw().
+    var view = [], start = 0, end = 0;
+    // Every row number in the sort's order; null until order() needs it, and
+    // again whenever the sort changes (sortBy(), or another score to sort by).
+    var sorted = null;
 
     names.forEach(function (name) { select.appendChild(el("option", null, name)).value = name; });
     if (names.length < 2) { select.hidden = true; }
@@ -239,6 +257,12 @@
       none.hidden = view.length !== 0;
     }
 
+    // What row ``i``'s cells show, as sample() reads it.
+    function facts(i) {
+      return {score: D.score[i], duration: D.duration[i], attempts: D.attempts[i],
+        status: D.status[i]};
+    }
+
     function row(i) {
       var details = el("details");
       details.setAttribute("data-i", i);
@@ -257,13 +281,11 @@
       if (D.error[i]) { error.title = D.error[i]; }
       line.appendChild(error);
       details.appendChild(line);
+      // filled: whether the sample is drawn (once, on the first opening).
       details.addEventListener("toggle", function () {
         if (!details.open || details.filled) { return; }
         details.filled = true;
-        whenRead(function () {
-          details.appendChild(sample(sampleOf(i), D.score[i], duration(D.duration[i]),
-            D.attempts[i], D.status[i] === "ok"));
-        });
+        whenRead(function () { details.appendChild(sample(sampleOf(i), facts(i))); });
       });
       return details;
     }
@@ -328,8 +350,8 @@
 
     // Opens row ``i`` wherever it is, clearing the filters if they hide it.
     function open(i) {
-      var at = view.indexOf(i);
-      if (at === -1) {
+      var at = view.indexOf(i), cleared = at === -1;
+      if (cleared) {
         status = "all";
         buttons.forEach(function (b) {
           b.setAttribute("aria-pressed", String(b.getAttribute("data-filter") === "all"));
@@ -338,8 +360,11 @@
         filter();
         at = view.indexOf(i);
       }
-      if (at < start || at >= end) {
-        draw(Math.max(0, at - 20), Math.min(view.length, Math.max(0, at - 20) + PAGE));
+      // A new view: the list holds the old view's rows, whatever start and
+      // end say of the new one, so it is drawn again around the row.
+      if (cleared || at < start || at >= end) {
+        var from = Math.max(0, at - 20);
+        draw(from, Math.min(view.length, from + PAGE));
       }
       var target = list.querySelector('details[data-i="' + i + '"]');
       target.open = true;
@@ -381,24 +406,15 @@
       }, {rootMargin: "800px"}).observe(later);
     }
 
-    // A run's bar in the timeline opens its row: the bar's title starts with
-    // the run's label, "TASK #ROLLOUT" for an evaluation. A bar of several
-    // runs names the first of them in data-first, and opens that one.
-    var byLabel = null;
+    // A run's bar in the timeline opens its row: the page names the row in
+    // the bar's data-row (a bar of several runs, the first of them's).
     var timeline = document.querySelector("svg.timeline");
     if (timeline) {
       timeline.addEventListener("click", function (event) {
-        var rect = event.target.closest ? event.target.closest("rect") : null;
-        var title = rect && rect.querySelector("title");
-        if (!title) { return; }
-        var first = rect.getAttribute("data-first");
-        var match = first !== null ? [null, first] : /^([\s\S]*) \(item \d+\): /.exec(title.textContent);
-        if (!match) { return; }
-        if (!byLabel) {
-          byLabel = new Map();
-          for (var i = 0; i < N; i++) { byLabel.set(D.task[i] + " #" + D.rollout[i], i); }
-        }
-        if (byLabel.has(match[1])) { open(byLabel.get(match[1])); }
+        var rect = event.target.closest ? event.target.closest("rect[data-row]") : null;
+        if (!rect) { return; }
+        var i = Number(rect.getAttribute("data-row"));
+        if (i >= 0 && i < N) { open(i); }
       });
     }
     apply();
@@ -408,6 +424,8 @@
 
   // ------------------------------------------------- the per-task reduced table
 
+  // T.names: the reduced scores; T.rows: one per task, {task, rollouts,
+  // values} with a value (or null) per name.
   function tasks(T) {
     var table = document.getElementById("tasks");
     var more = document.getElementById("tasks-more");
@@ -416,17 +434,18 @@
       head.appendChild(el("th", null, name));
     });
     table.appendChild(head);
+    // How many of T.rows are in the table (add() only).
     var done = 0;
     function add() {
       var to = Math.min(T.rows.length, done + PAGE);
       var fragment = document.createDocumentFragment();
       for (; done < to; done++) {
-        var line = el("tr"), cells = T.rows[done];
-        var first = el("td", null, shortId(cells[0]));
-        first.title = cells[0];
+        var line = el("tr"), task = T.rows[done];
+        var first = el("td", null, shortId(task.task));
+        first.title = task.task;
         line.appendChild(first);
-        line.appendChild(el("td", null, cells[1] === null ? "" : String(cells[1])));
-        for (var c = 2; c < cells.length; c++) { line.appendChild(el("td", null, number(cells[c]))); }
+        line.appendChild(el("td", null, task.rollouts === null ? "" : String(task.rollouts)));
+        task.values.forEach(function (value) { line.appendChild(el("td", null, number(value))); });
         fragment.appendChild(line);
       }
       table.appendChild(fragment);
@@ -439,14 +458,16 @@
 
   // ------------------------------------------------------- the comparison page
 
-  // C.changes: [task, score, a, b, delta, worse, indices in A, indices in B];
-  // a sample: the report's five, then score text, duration, attempts,
-  // rollout, status.
+  // C.changes: one per changed task, worst regression first: task; scores,
+  // each {name, a, b, delta, worse}; rows_a and rows_b, the task's samples
+  // in each run. A sample is the report's, with ``row``: what the report's
+  // row shows of it (score, duration, attempts, rollout, status).
   function comparison(C) {
     fieldNames = C.fields;
     var sampleA = samples("a-sample-", C.chunk), sampleB = samples("b-sample-", C.chunk);
     var holder = document.getElementById("changes");
     var more = document.getElementById("changes-more");
+    // How many of C.changes are in the list (add() only).
     var done = 0;
     function side(name, indices, of) {
       var box = el("div");
@@ -454,30 +475,41 @@
       if (!indices.length) { box.appendChild(el("p", "muted", "no row of this task")); }
       indices.forEach(function (index) {
         var s = of(index);
-        box.appendChild(el("div", "muted", "rollout " + s[8] + ": " + s[9]));
-        box.appendChild(sample(s, s[5], duration(s[6]), s[7], s[9] === "ok"));
+        box.appendChild(el("div", "muted", "rollout " + s.row.rollout + ": " + s.row.status));
+        box.appendChild(sample(s, s.row));
       });
       return box;
     }
+    // One cell per column, holding a line per changed score.
+    function cells(entry, cls, of) {
+      var cell = el("span", cls);
+      entry.scores.forEach(function (score) {
+        var line = el("span", "line" + (of === "delta" ? (score.worse ? " worse" : " better") : ""),
+          score[of]);
+        cell.appendChild(line);
+      });
+      return cell;
+    }
     function change(entry) {
       var details = el("details");
-      details.setAttribute("data-task", entry[0]);
+      details.setAttribute("data-task", entry.task);
       var line = el("summary");
-      var task = el("span", "u", shortId(entry[0]));
-      task.title = entry[0];
+      var task = el("span", "u", shortId(entry.task));
+      task.title = entry.task;
       line.appendChild(task);
-      line.appendChild(el("span", "u", entry[1]));
-      line.appendChild(el("span", "num", entry[2]));
-      line.appendChild(el("span", "num", entry[3]));
-      line.appendChild(el("span", "num " + (entry[5] ? "worse" : "better"), entry[4]));
+      line.appendChild(cells(entry, "u", "name"));
+      line.appendChild(cells(entry, "num", "a"));
+      line.appendChild(cells(entry, "num", "b"));
+      line.appendChild(cells(entry, "num", "delta"));
       details.appendChild(line);
+      // filled: whether the samples are drawn (once, on the first opening).
       details.addEventListener("toggle", function () {
         if (!details.open || details.filled) { return; }
         details.filled = true;
         whenRead(function () {
           var pair = el("div", "pair");
-          pair.appendChild(side(C.names[0], entry[6], sampleA));
-          pair.appendChild(side(C.names[1], entry[7], sampleB));
+          pair.appendChild(side(C.names[0], entry.rows_a, sampleA));
+          pair.appendChild(side(C.names[1], entry.rows_b, sampleB));
           details.appendChild(pair);
         });
       });
