@@ -115,18 +115,3 @@ async def test_a_journal_path_under_a_file_names_the_journal_and_the_reason(
 async def test_a_journal_path_that_is_a_directory_says_so(tmp_path: Path) -> None:
     with pytest.raises(IsADirectoryError, match=f"journal at {tmp_path}: it is a directory"):
         await serve(range(3), double, window=2, key=str, journal=tmp_path, signals=())
-
-
-def test_every_keyword_of_serve_is_a_setting_that_checks_itself() -> None:
-    # Each option is spelled twice: in serve()'s signature and as a field of
-    # its settings (or of one of their groups), which validates it.
-    import inspect
-
-    from sluicegate.service._settings import Settings
-
-    keywords = [
-        name
-        for name, parameter in inspect.signature(serve).parameters.items()
-        if parameter.kind is inspect.Parameter.KEYWORD_ONLY or name == "run"
-    ]
-    assert sorted(keywords) == sorted(Settings.keywords())

@@ -9,8 +9,8 @@ group a user would recognise: the journal's file, the items' key and
 whether dead letters run again (:class:`Journaling`); whoever watches the
 service (:class:`Observers`). :meth:`Settings.of` fills every field from the
 keyword of its name, so an option is spelled twice: in ``serve()``'s
-signature and as a field here (``tests/test_serve_arguments.py`` checks the
-two agree).
+signature and as a field here (:meth:`Settings.of` checks the two agree,
+at every call).
 """
 
 from __future__ import annotations
@@ -212,6 +212,9 @@ class Settings(Generic[T]):
             TypeError, ValueError, RuntimeError: as :func:`~sluicegate.serve`
                 documents, before anything is opened or pulled.
         """
+        # Every keyword but the source is a field: an option added to the
+        # signature and not here would be dropped unread.
+        assert set(arguments) == {"source", *cls.keywords()}, sorted(arguments)
         settings: Settings[Any] = _filled(cls, arguments)
         check_stream_arguments(
             arguments["source"], settings.run, settings.window, settings.rate,
