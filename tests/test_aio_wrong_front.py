@@ -323,3 +323,32 @@ def test_a_stream_on_a_second_loop_while_the_first_holds_its_guest_run_is_refuse
     finally:
         first.close()
     assert asyncio.run(sluicegate.aio.run_stream(range(3), run, window=2)) == [0, 1, 2]
+
+
+def test_awaiting_the_asyncio_open_stream_says_to_use_async_with() -> None:
+    started: list[int] = []
+
+    async def run(item: int) -> int:
+        started.append(item)
+        return item
+
+    async def main() -> None:
+        with pytest.raises(TypeError, match=r"async context manager.*`async with open_stream"):
+            await sluicegate.aio.open_stream(range(3), run, window=2)  # type: ignore[misc]
+
+    asyncio.run(main())
+    assert started == []
+
+
+def test_a_generator_function_as_source_is_refused_on_asyncio_too() -> None:
+    async def feed() -> AsyncIterator[int]:
+        yield 1
+
+    async def run(item: int) -> int:
+        return item
+
+    async def main() -> None:
+        with pytest.raises(TypeError, match=r"generator function .*feed: call it"):
+            await sluicegate.aio.run_stream(feed, run, window=2)  # type: ignore[arg-type]
+
+    asyncio.run(main())

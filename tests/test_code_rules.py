@@ -127,8 +127,8 @@ PRIVATE_IMPORTS: dict[str, tuple[set[str], str]] = {
     "test_retry.py": ({"sluicegate._retry"}, "attempt() and CutShort, the loop under Retry"),
     "test_retry_waits.py": ({"sluicegate._retry"}, "attempt()'s waits under MockClock"),
     "test_runner.py": (
-        {"sluicegate._runner", "sluicegate._util"},
-        "run_each (serve's way into the runner) and cancel_status (a fast path)",
+        {"sluicegate._runner"},
+        "run_each (serve's way into the runner) and CURRENT_INDEX (what serve reads)",
     ),
     "test_serve_stats.py": ({"sluicegate.service._stats"}, "the counters behind ServeStats"),
     "test_stats.py": (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -94,3 +95,42 @@ async def test_a_lambda_returning_an_awaitable_is_accepted(front: str) -> None:
     else:
         async with open_stream(range(3), run, window=2) as results:
             assert [done.value async for done in results] == [0, 2, 4]
+
+
+async def _feed() -> AsyncIterator[int]:
+    yield 1
+
+
+def _lines() -> Iterator[int]:
+    yield 1
+
+
+async def _echo(item: int) -> int:
+    await trio.lowlevel.checkpoint()
+    return item
+
+
+@pytest.mark.parametrize("source", [_feed, _lines], ids=["async", "sync"])
+@pytest.mark.parametrize("front", ["run_stream", "open_stream"])
+async def test_a_generator_function_as_source_is_refused_with_a_hint_to_call_it(
+    front: str, source: Any
+) -> None:
+    name = source.__name__
+    hint = rf"source must be .*the generator function {name}: call it, {name}\(\)"
+    with pytest.raises(TypeError, match=hint):
+        if front == "run_stream":
+            await run_stream(source, _echo, window=2)
+        else:
+            open_stream(source, _echo, window=2)
+
+
+async def test_awaiting_open_stream_says_to_use_async_with() -> None:
+    started: list[int] = []
+
+    async def run(item: int) -> int:
+        started.append(item)
+        return item
+
+    with pytest.raises(TypeError, match=r"async context manager.*`async with open_stream"):
+        await open_stream(range(3), run, window=2)  # type: ignore[misc]
+    assert started == []

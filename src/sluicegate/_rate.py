@@ -1,10 +1,11 @@
 """``RateLimit``: a bound on how many items (or units of cost) start per period, on trio's clock.
 
 It implements the ``rate=`` protocol of :func:`~sluicegate.run_stream` and
-:func:`~sluicegate.open_stream`: ``acquire()`` is awaited before each pull,
-inside the pull turn, and ``refund()`` gives the token back when that pull
-yields no item (the end of the stream, a drain, a failure) or, in
-:func:`~sluicegate.serve`, an item the journal already holds.
+:func:`~sluicegate.open_stream`: before each pull the stream awaits
+``acquire()`` and gives the token back at once (``refund()``), a gate that
+keeps back-pressure; the item then takes its own token in the instant it
+starts, so the bound holds over starts whatever the source does. In
+:func:`~sluicegate.serve`, an item the journal already holds takes none.
 
 The algorithm is GCRA (the "generic cell rate algorithm", a token bucket
 written as one timestamp): ``_tat`` is the theoretical arrival time of the

@@ -36,18 +36,29 @@ through the owner's methods.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
     Awaitable,
     Callable,
+    Generator,
     Iterable,
     Iterator,
 )
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any, Generic, Literal, Protocol, TypeVar, final, runtime_checkable
+from typing import (
+    Any,
+    Generic,
+    Literal,
+    NoReturn,
+    Protocol,
+    TypeVar,
+    final,
+    runtime_checkable,
+)
 
 import attrs
 import trio
@@ -407,6 +418,14 @@ def check_stream_arguments(
         raise TypeError(
             f"run must be an async function (async def, or a functools.partial of one), "
             f"not the plain function {what}"
+        )
+    if inspect.isasyncgenfunction(source) or inspect.isgeneratorfunction(source):
+        # The generator function itself, not one of its generators: a slip
+        # that would otherwise read as "not a function".
+        name = getattr(source, "__qualname__", "feed")
+        raise TypeError(
+            f"source must be an iterable or async iterable, not the generator function "
+            f"{name}: call it, {name}()"
         )
     if not isinstance(source, (AsyncIterable, Iterable, BindsRun)):
         raise TypeError(
@@ -1469,6 +1488,14 @@ class _StreamBlock(Generic[H]):
         # Invariant: set before any worker starts; a block is entered once.
         self._nursery: trio.Nursery | None = None
         self._dispatch: _Dispatcher[Any, Any] | None = None
+
+    def __await__(self) -> Generator[Any, None, NoReturn]:
+        # `await open_stream(...)` would fail with Python's own words, which
+        # do not say what to write instead.
+        raise TypeError(
+            "open_stream(...) is an async context manager, not a coroutine: write "
+            "`async with open_stream(...) as results:` and iterate `results`"
+        )
 
     async def __aenter__(self) -> H:
         if self._dispatch is not None:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Generator, Iterable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 import attrs
 import outcome
@@ -198,6 +198,13 @@ class _HostedStream(Generic[T, R]):
         self._cancelled_consumer = False
 
     # -- the asyncio side -----------------------------------------------------------
+
+    def __await__(self) -> Generator[Any, None, NoReturn]:
+        # As on trio: `await open_stream(...)` would fail in Python's words.
+        raise TypeError(
+            "open_stream(...) is an async context manager, not a coroutine: write "
+            "`async with open_stream(...) as results:` and iterate `results`"
+        )
 
     async def __aenter__(self) -> _HostedStream[T, R]:
         if self._entered:
