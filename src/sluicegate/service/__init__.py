@@ -1,4 +1,4 @@
-"""Long-lived services on the runner: ``serve()`` and its journal.
+"""Long-lived services on the runner: ``serve()`` and its journals (SQLite, or Postgres).
 
 ``Retry``, ``RateLimit`` and ``drain_on_signals`` live in the root package (eval and
 campaigns use them too) and are re-exported here as well.
@@ -17,6 +17,7 @@ ServiceError       never raised itself
 from .. import RateLimit, Retry, _util, drain_on_signals
 from ._errors import ServiceError
 from ._journal import Journal, JournalEntry, JournalError, RecordedError
+from ._postgres import PostgresJournal
 from ._prometheus import prometheus_collector
 from ._serve import ServedItem, ServeReport, serve
 from ._stats import ServeStats
@@ -25,6 +26,7 @@ __all__ = [
     "Journal",
     "JournalEntry",
     "JournalError",
+    "PostgresJournal",
     "RateLimit",
     "RecordedError",
     "Retry",

@@ -27,6 +27,7 @@ from typing import Literal, final
 from .. import _sqlite
 from .._checks import check_count
 from .._sqlite import display
+from ._postgres import PostgresJournal, is_postgres_url
 from ._rows import (
     APPLICATION_ID,
     COLUMNS,
@@ -44,7 +45,14 @@ from ._rows import (
 )
 from ._writer import BUSY_TIMEOUT_S, POLL_S, WAL_BYTES, Durable, JournalWriter, connect_writer
 
-__all__ = ["Journal", "JournalEntry", "JournalError", "RecordedError", "Synchronous"]
+__all__ = [
+    "Journal",
+    "JournalEntry",
+    "JournalError",
+    "RecordedError",
+    "Synchronous",
+    "journal_at",
+]
 
 Synchronous = Literal["normal", "full"]
 
@@ -263,6 +271,18 @@ class Journal:
             path, reader, writer, backlog=backlog, synchronous=self.synchronous,
             on_durable=on_durable,
         )  # fmt: skip
+
+
+def journal_at(address: str | os.PathLike[str]) -> Journal | PostgresJournal:
+    """The journal ``address`` names: a ``postgresql://`` URL, or the path of a SQLite file.
+
+    Both have the same read API (``counts``, ``get``, ``errors``,
+    ``last_finished``, ``trim``), which ``sluicegate journal`` uses.
+    """
+    if is_postgres_url(address):
+        assert isinstance(address, str)
+        return PostgresJournal(address)
+    return Journal(address)
 
 
 def _database_error(path: Path, exc: sqlite3.Error, *, creating: bool) -> Exception:

@@ -20,12 +20,19 @@ The path of one item, each step a method of :class:`_Service`:
   skipped items included: counted, logged, its row queued in the journal.
 * **Durable** (:meth:`_Service.durable`): the journal's commits (or, without
   one, the settle step itself) say which outcomes are durable, in batches:
-  counted as ok or failed, and a copy of their key may go on. Only then is
-  ``on_outcome`` called, so an acknowledged item is a durable one.
+  counted as ok or failed, a queue's items acknowledged, and a copy of their
+  key may go on. Only then is ``on_outcome`` called, so an acknowledged item
+  is a durable one.
+
+A queue (a :class:`~sluicegate.sources.LeasedQueue`) is consumed through its
+feed, a source that binds the run, whose block encloses the journal's
+lifetime. A journal on several hosts (Postgres) claims each key between the
+source and the admission (``OpenJournal.admitted``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import signal
@@ -61,10 +68,12 @@ from .._runner import (
 )
 from .._signals import DEFAULT_SIGNALS, drain_on_signals
 from .._util import as_async_iterator, close_source, pace, sole_exception
+from ..sources import Feed, LeasedQueue, consume
 from ._convert import storable
 from ._journal import Journal
+from ._postgres import PostgresJournal
 from ._rows import JournalEntry, error_row, ok_row
-from ._settings import Settings
+from ._settings import Settings, is_queue
 from ._stats import ServeStats, ServiceCounters, Snapshots, registry
 from ._writer import Batch, OpenJournal
 
@@ -141,12 +150,12 @@ class ServeReport:
 
 
 async def serve(
-    source: AsyncIterable[T] | Iterable[T] | BindsRun,
+    source: AsyncIterable[T] | Iterable[T] | BindsRun | LeasedQueue[T],
     run: Callable[[T], Awaitable[Any]],
     *,
     window: int | WindowLike,
     key: Callable[[T], str] | None = None,
-    journal: str | os.PathLike[str] | Journal | None = None,
+    journal: str | os.PathLike[str] | Journal | PostgresJournal | None = None,
     rerun_errors: bool = False,
     errors: Literal["record", "raise"] = "record",
     retry: Retry | None = None,
@@ -179,15 +188,25 @@ async def serve(
         source: Anything :func:`~sluicegate.open_stream` takes: an async
             iterable, a trio memory receive channel, a
             ``FeedTaskset.stream()``, a :class:`~sluicegate.SampleSource`,
-            or a sync iterable.
+            or a sync iterable; or a queue, a
+            :class:`~sluicegate.sources.LeasedQueue` such as a
+            :class:`~sluicegate.sources.RedisStream`, which ``serve()``
+            consumes itself: an item is acknowledged once its outcome is
+            durable (skipped ones at once), and what will not settle here is
+            given back to the queue when the service stops.
         run: The async function run for each item.
         window: The most items in flight at once, an int >= 1 or a
             :class:`~sluicegate.Window` (not None: a service's memory is
             bounded by its window).
         key: ``key(item) -> str``, the item's identity; required with a
-            journal.
+            journal. A queue's items default to their ID on the server
+            (the queue's ``item_key``).
         journal: A path (the SQLite file, created with its directory if
-            missing, mode 0600) or a :class:`~sluicegate.service.Journal`.
+            missing, mode 0600) or a :class:`~sluicegate.service.Journal`;
+            or a ``postgresql://`` URL or a
+            :class:`~sluicegate.service.PostgresJournal`, a journal shared by
+            services on several hosts, which claims each key before its item
+            runs, so that each key runs once among them.
         rerun_errors: Run again items the journal holds as errors (dead
             letters); by default they are skipped like successes.
         errors: ``"record"`` (a failure is an outcome) or ``"raise"`` (the
@@ -226,7 +245,9 @@ async def serve(
             catch, such as SIGKILL, included).
         RuntimeError: signals asked for outside the main thread.
         OSError: the journal cannot be created or written; the error names
-            the path.
+            the path. A queue's or a Postgres journal's server that refuses
+            the connection or the credentials is a :class:`ConnectionError`
+            naming its address, before any item is claimed.
         sluicegate.service.JournalError: the journal path holds something
             else, or a commit failed while serving.
         Exception: with ``errors="raise"``, the first failure, as itself;
@@ -317,13 +338,15 @@ class _Admission(Generic[T]):
         service = self._service
         source = self._source
         if not isinstance(source, BindsRun):
-            return _Tickets(service, source, skips=True), service.serve_one
+            items, key = service.admitted(source)
+            return _Tickets(service, items, key, skips=True), service.serve_one
         if isinstance(source, SampleSource) and _GaveUpOn.fits(source):
             source, per_item = _GaveUpOn(source), service.serve_one
         else:
             per_item = service.serve_value
         items, bound = source.bind_run(per_item, admitting=admitting, drained=drained)
-        return _Tickets(service, items, skips=False), bound
+        items, key = service.admitted(items)
+        return _Tickets(service, items, key, skips=False), bound
 
 
 class _Tickets(Generic[T]):
@@ -351,9 +374,11 @@ class _Tickets(Generic[T]):
         "_sync",
     )
 
-    def __init__(self, service: _Service[T], source: Any, *, skips: bool) -> None:
+    def __init__(
+        self, service: _Service[T], source: Any, key: Callable[[T], str] | None, *, skips: bool
+    ) -> None:
         self._service = service
-        self._key = service.settings.journaling.key
+        self._key = key
         journaled = service.writer is not None
         self._skips = skips and journaled
         # A new ticket waits for its look-up only when there is a journal to ask.
@@ -471,6 +496,11 @@ class _Service(Generic[T]):
     """One call of :func:`serve`: its settings, counters, journal and the per-item steps."""
 
     def __init__(self, source: Any, settings: Settings[T]) -> None:
+        # A queue is consumed here, its items acknowledged as their outcomes
+        # become durable (see durable()). Set here, never changed.
+        self.feed: Feed[T] | None = None
+        if is_queue(source):
+            self.feed = source = consume(source, acknowledge="manual")
         # The call's source and settings, and what the steps read of them on
         # every item: set here, never changed.
         self.source = source
@@ -510,6 +540,18 @@ class _Service(Generic[T]):
         self.ack_places = trio.Semaphore(_ack_places(settings.window))
 
     # -- one item ------------------------------------------------------------------------
+
+    def admitted(self, source: Any) -> tuple[Any, Callable[[T], str] | None]:
+        """``source``'s items as the admission reads them, and the key it asks of each.
+
+        A journal on several hosts (Postgres) claims each key first (see
+        ``OpenJournal.admitted``); otherwise both are as they were given.
+        """
+        key = self.settings.journaling.key
+        if self.writer is None:
+            return source, key
+        assert key is not None
+        return self.writer.admitted(source, key, self.rerun_errors)
 
     def look_up(self, tickets: Sequence[_Ticket[T]]) -> None:
         """Look up the keys of new ``tickets``, taken from the source together, in one query.
@@ -715,11 +757,16 @@ class _Service(Generic[T]):
         The journal calls it after each commit (its ``on_durable``), with the
         ``ok`` successes and ``failed`` failures it made durable, which count
         as such from now on; the settle step calls it for an outcome durable
-        at once (skipped, or no journal; counted there). A copy of their keys
-        may go on.
+        at once (skipped, or no journal; counted there). A queue's items are
+        acknowledged, and a copy of their keys may go on.
         """
         if ok or failed:
             self.counters.committed(ok, failed)
+        feed = self.feed
+        if feed is not None:
+            # Queued for the feed's next acknowledging round trip: nothing waits here.
+            for ticket in tickets:
+                feed.acknowledge(ticket.item)
         flights = self.flights
         if flights:
             for ticket in tickets:
@@ -781,7 +828,10 @@ class _Service(Generic[T]):
             # and so must one that arrives while the journal closes.
             async with drain_on_signals(drain, signals=settings.signals, cancel_scope=interrupt):
                 with interrupt:
-                    await self.open_and_run(start)
+                    # A queue's block encloses the journal's lifetime: its last
+                    # acknowledgements follow the last commit.
+                    async with self.feed or contextlib.nullcontext():
+                        await self.open_and_run(start)
                 if interrupt.cancelled_caught:
                     reason: StopReason = "interrupted"
                 elif drain.requested:
@@ -886,7 +936,7 @@ class _Service(Generic[T]):
 
     async def tick(self, start: float) -> None:
         observers = self.settings.observers
-        snapshots = Snapshots(self.counters, start)
+        snapshots = Snapshots(self.counters, start, self.feed)
         on_stats = observers.on_stats
         while True:
             await trio.sleep(observers.stats_interval)

@@ -28,9 +28,11 @@ from .._retry import Retry
 from .._runner import Drain, Pacer, Recorder, WindowLike, check_stream_arguments
 from .._signals import check_signals
 from .._util import surely_sync
-from ._journal import Journal
+from ..sources import LeasedQueue, consume
+from ._journal import Journal, journal_at
+from ._postgres import PostgresJournal
 
-__all__ = ["Journaling", "Observers", "Settings"]
+__all__ = ["Journaling", "Observers", "Settings", "is_queue"]
 
 T = TypeVar("T")
 
@@ -75,13 +77,16 @@ def _check_flag(name: str) -> Callable[[object, attrs.Attribute[Any], object], N
     return check
 
 
-def _to_journal(value: object) -> Journal | None:
-    """``journal=`` as a :class:`Journal`: a path names one; nothing is touched on disk."""
-    if value is None or isinstance(value, Journal):
+def _to_journal(value: object) -> Journal | PostgresJournal | None:
+    """``journal=`` as a journal: a path names a SQLite one, a URL a Postgres one; none opened."""
+    if value is None or isinstance(value, Journal | PostgresJournal):
         return value
     if not isinstance(value, str | os.PathLike):
-        raise TypeError(f"journal must be a path or a Journal, not {value!r}")
-    return Journal(value)
+        raise TypeError(
+            f"journal must be a path, a postgresql:// URL, a Journal or a PostgresJournal,"
+            f" not {value!r}"
+        )
+    return journal_at(value)
 
 
 def _check_bounded(_: object, __: attrs.Attribute[Any], value: object) -> None:
@@ -120,6 +125,11 @@ def _check_thread(_: object, __: attrs.Attribute[Any], value: tuple[signal.Signa
         )
 
 
+def is_queue(source: object) -> bool:
+    """Whether ``source`` is a queue ``serve()`` consumes itself (a ``LeasedQueue``)."""
+    return not isinstance(source, type) and isinstance(source, LeasedQueue)
+
+
 # -- the settings ------------------------------------------------------------------------
 
 
@@ -130,12 +140,13 @@ class Journaling:
 
     Attributes:
         journal: The journal, or None for none (a path becomes a
-            :class:`~sluicegate.service.Journal`).
+            :class:`~sluicegate.service.Journal`, a ``postgresql://`` URL a
+            :class:`~sluicegate.service.PostgresJournal`).
         key: ``key(item) -> str``, each item's identity; required with a journal.
         rerun_errors: Run again the items the journal holds as errors.
     """
 
-    journal: Journal | None = attrs.field(converter=_to_journal)
+    journal: Journal | PostgresJournal | None = attrs.field(converter=_to_journal)
     key: Callable[[Any], str] | None = attrs.field(validator=_check_callable("key"))
     rerun_errors: bool = attrs.field(validator=_check_flag("rerun_errors"))
 
@@ -215,9 +226,17 @@ class Settings(Generic[T]):
         # Every keyword but the source is a field: an option added to the
         # signature and not here would be dropped unread.
         assert set(arguments) == {"source", *cls.keywords()}, sorted(arguments)
+        source = arguments["source"]
+        if is_queue(source):
+            # serve() consumes a queue itself: consume() checks it, touching
+            # nothing, and the queue's item_key() is the default key.
+            source = consume(source, acknowledge="manual")
+            item_key = getattr(arguments["source"], "item_key", None)
+            if arguments["key"] is None and callable(item_key):
+                arguments = {**arguments, "key": item_key}
         settings: Settings[Any] = _filled(cls, arguments)
         check_stream_arguments(
-            arguments["source"], settings.run, settings.window, settings.rate,
+            source, settings.run, settings.window, settings.rate,
             settings.observers.trace, settings.drain,
         )  # fmt: skip
         return settings

@@ -13,11 +13,12 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Iterable, Sequence
-from typing import final
+from typing import Any, final
 
 import attrs
 
 from .._runner import WindowLike
+from ..sources import FeedStatistics
 
 __all__ = [
     "BOUNDS",
@@ -214,6 +215,10 @@ class ServeStats:
         window: The size in force of the :class:`~sluicegate.Window` passed
             as ``window=`` (an :class:`~sluicegate.AdaptiveWindow` sets its
             own); None for an int window.
+        queue: When ``serve()`` consumes a queue (a
+            :class:`~sluicegate.sources.LeasedQueue`), the statistics of its
+            feed: items claimed, waiting, acknowledged, released, round
+            trips; None for any other source.
     """
 
     elapsed_s: float
@@ -230,14 +235,17 @@ class ServeStats:
     latency_p99_s: float | None
     cut_short: int = 0
     window: int | None = None
+    queue: FeedStatistics | None = None
 
 
 class Snapshots:
     """Turns a :class:`ServiceCounters` into a :class:`ServeStats` per interval."""
 
-    def __init__(self, tally: ServiceCounters, start: float) -> None:
-        # What it reads, and from when: set here, never changed.
+    def __init__(self, tally: ServiceCounters, start: float, feed: Any = None) -> None:
+        # What it reads (the service's feed of a queue too, if any), and from
+        # when: set here, never changed.
         self._tally = tally
+        self._feed = feed
         self._window = tally.window
         self._start = start
         # Invariant: the time, finished count and histogram of the last
@@ -267,6 +275,7 @@ class Snapshots:
             latency_p95_s=percentile(recent, 0.95),
             latency_p99_s=percentile(recent, 0.99),
             window=None if self._window is None else self._window.size,
+            queue=None if self._feed is None else self._feed.statistics(),
         )
         self._last_time = now
         self._last_done = done

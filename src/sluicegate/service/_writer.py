@@ -143,6 +143,16 @@ class OpenJournal(Protocol):
     def entry(self, key: str) -> JournalEntry | None:
         """What is committed for ``key``, or None."""
 
+    def admitted(
+        self, source: Any, key: Callable[[Any], str], rerun_errors: bool
+    ) -> tuple[Any, Callable[[Any], str]]:
+        """The items of ``source`` as the service admits them, and the key function to ask.
+
+        A journal shared by services on several hosts claims each item's key
+        here, before the service looks it up (the Postgres journal); the
+        SQLite journal hands ``source`` and ``key`` back as they are.
+        """
+
     def add_ok(self, row: OkRow, attached: object) -> Batch:
         """Queue a success; ``attached`` goes to the ``Durable`` callback once it is committed."""
 
@@ -244,6 +254,12 @@ class JournalWriter:
         """The entry committed for ``key``, or None."""
         row = self._lookups.execute(LOOKUP, (stored_key(key),)).fetchone()
         return None if row is None else JournalEntry.from_row(row)
+
+    def admitted(
+        self, source: Any, key: Callable[[Any], str], rerun_errors: bool
+    ) -> tuple[Any, Callable[[Any], str]]:
+        """``source`` and ``key`` as they are: one host's journal claims nothing."""
+        return source, key
 
     # -- rows ----------------------------------------------------------------------------
 

@@ -242,6 +242,11 @@ class PostgresQueue:
         return self._consumer
 
     @staticmethod
+    def item_key(row: QueueRow) -> str:
+        """A row's identity on every delivery, its ``id`` as text: ``serve()``'s default key."""
+        return str(row.id)
+
+    @staticmethod
     def schema_sql(table: str) -> str:
         """The SQL that creates ``table`` and its index (what ``create=True`` runs).
 

@@ -43,6 +43,12 @@ class LeasedQueue(Protocol[T]):
     fresh object (any object made from the server's reply is), and
     :meth:`acknowledge`, :meth:`release` and :meth:`renew` get back those same
     objects.
+
+    A queue may also have an ``item_key(item) -> str`` method, the item's
+    identity on every delivery (its ID on the server):
+    :func:`~sluicegate.serve` fed from the queue takes it as its ``key=``
+    when none is given. :class:`~sluicegate.sources.RedisStream` and
+    :class:`~sluicegate.sources.PostgresQueue` have one.
     """
 
     @property

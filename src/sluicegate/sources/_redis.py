@@ -245,6 +245,11 @@ class RedisStream:
         """This consumer's name in the group."""
         return self._consumer
 
+    @staticmethod
+    def item_key(entry: StreamEntry) -> str:
+        """An entry's identity on every delivery, its ID: ``serve()``'s default key."""
+        return entry.id
+
     def __repr__(self) -> str:
         return (
             f"<RedisStream {shown(self._url)} stream={self._stream!r} group={self._group!r} "

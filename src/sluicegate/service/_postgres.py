@@ -1,0 +1,1092 @@
+"""A journal in a PostgreSQL table: one service on several hosts, each key run once.
+
+:class:`PostgresJournal` is what ``serve(journal="postgresql://...")`` uses,
+with the read API of :class:`~sluicegate.service.Journal` (``counts``,
+``get``, ``errors``, ``last_finished``, ``trim``); :meth:`PostgresJournal.open`
+gives the :class:`PostgresWriter` a service records with, behind the same
+:class:`~._writer.OpenJournal` interface as the SQLite journal.
+
+What it adds is the claim. A key is *claimed* before its item runs: a row
+with the key, this service's name in ``claimed_by`` and a lease in
+``lease_until`` (on the server's clock). Services on other hosts fed the
+same key find it claimed and set the item aside; they look again until its
+outcome is committed (then they skip it, as any key the journal holds) or
+its lease is over (its service died: then one of them claims it and runs
+it). A live service renews the leases of what it holds every ``lease / 3``
+seconds, commits an outcome and clears the claim in one statement, and
+gives back what it holds unsettled when it stops.
+
+Claims are taken in batches: the admission (:class:`_Claims`, between the
+source and the service's ``_Tickets``) takes the items a source has ready
+(a list's next ones, what waits in a memory channel), one statement claims
+all their keys and reports, for each key it did not get, the outcome
+committed or the claim that holds it. A batch is about what the window
+starts in a round trip (it doubles while items go faster, halves when they
+wait), so a service holds unstarted only what it will start soon, and two
+services reading the same keys in the same order leapfrog each other: the
+one behind finds the keys ahead held, sets them aside and claims the next.
+
+The client is psycopg 3's blocking connection, each statement in a trio
+worker thread (see "Why blocking clients" in the service docs), on three
+connections: one claims, one commits (and renews and releases), and one
+answers on the trio thread the rare lookup the claims did not answer.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import math
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, final
+
+import trio
+
+from .._checks import check_count, check_seconds
+from .._util import CLOSE_TIMEOUT, close_source, logger
+from ..sources._address import shown
+from ._rows import ErrorRow, JournalEntry, JournalError, OkRow, loaded_key
+from ._writer import Batch, Durable
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg import sql
+
+__all__ = ["PostgresJournal", "PostgresWriter", "is_postgres_url"]
+
+V = TypeVar("V")
+
+# The table's comment says it is a journal, and of which format: a table of
+# the same name that is something else is refused, never written into.
+_MARK = "sluicegate journal"
+_FORMAT = 1
+_CONNECT_TIMEOUT = 10  # seconds before a connection that does not come is an error
+_GROUP_ROWS = 256  # rows that make a commit due when nobody waits for one
+_GROUP_S = 0.02  # how long rows nobody waits for may stay uncommitted
+_LAST_COMMIT_S = 1.0  # how long a cancelled service tries to commit what finished
+_RECHECK_S = 0.25  # the most a key set aside waits before it is looked at again
+_MOST_SET_ASIDE = 4096  # keys set aside (held elsewhere) before the admission stops pulling
+_FOUND_KEPT = 4096  # outcomes found by claims, kept for the lookups that follow
+_RENEW_CHUNK = 1024  # keys per renewing statement
+_RETRIES = 5  # tries of a statement PostgreSQL aborted to break a deadlock
+
+_SCHEMA = """\
+CREATE TABLE IF NOT EXISTS {table} (
+    key           text PRIMARY KEY,
+    status        text CHECK (status IN ('ok', 'error')),
+    attempts      integer,
+    error_type    text,
+    error_message text,
+    traceback     text,
+    value         text,
+    value_format  text CHECK (value_format IN ('json', 'repr')),
+    started       double precision,
+    finished      double precision,
+    claimed_by    text,
+    lease_until   timestamptz
+);
+CREATE INDEX IF NOT EXISTS {errors} ON {table} (finished) WHERE status = 'error'
+"""
+_COLUMNS = (
+    "key, status, attempts, error_type, error_message, traceback, value, value_format,"
+    " started, finished"
+)
+
+# One statement claims a batch of keys. New keys are inserted as claims; a
+# row whose claim is released or expired (a dead service's), or an error
+# when errors run again, is taken over. For every key, the row as it was
+# before says why it was not taken: an outcome (skipped) or another claim
+# (set aside); no row at all means another service inserted it meanwhile.
+# Keys come sorted, so two services lock rows in the same order.
+_CLAIM = """\
+WITH wanted AS (
+    SELECT k FROM unnest(%(keys)s::text[]) AS k
+), fresh AS (
+    INSERT INTO {table} (key, claimed_by, lease_until)
+    SELECT k, %(me)s, now() + make_interval(secs => %(lease)s) FROM wanted
+    ON CONFLICT (key) DO NOTHING
+    RETURNING key
+), taken AS (
+    UPDATE {table} SET claimed_by = %(me)s, lease_until = now() + make_interval(secs => %(lease)s)
+    WHERE key = ANY(%(keys)s::text[])
+      AND (lease_until IS NULL OR lease_until < now())
+      AND (status IS NULL OR (%(rerun)s AND status = 'error'))
+    RETURNING key
+)
+SELECT w.k, (f.key IS NOT NULL OR t.key IS NOT NULL),
+       j.key, j.status, j.attempts, j.error_type, j.error_message, j.traceback, j.value,
+       j.value_format, j.started, j.finished
+FROM wanted w
+LEFT JOIN fresh f ON f.key = w.k
+LEFT JOIN taken t ON t.key = w.k
+LEFT JOIN {table} j ON j.key = w.k
+"""
+# Outcomes, a commit's worth in one statement; the claim is cleared with it.
+# A success is never written over (another service's, after a lost lease).
+_RECORD = """\
+INSERT INTO {table} AS j (key, status, attempts, error_type, error_message, traceback, value,
+                          value_format, started, finished)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::int[], %s::text[], %s::text[], %s::text[],
+                     %s::text[], %s::text[], %s::float8[], %s::float8[])
+ON CONFLICT (key) DO UPDATE SET
+    status = excluded.status, attempts = excluded.attempts, error_type = excluded.error_type,
+    error_message = excluded.error_message, traceback = excluded.traceback,
+    value = excluded.value, value_format = excluded.value_format, started = excluded.started,
+    finished = excluded.finished, claimed_by = NULL, lease_until = NULL
+WHERE j.status IS DISTINCT FROM 'ok'
+"""
+_RENEW = """\
+UPDATE {table} SET lease_until = now() + make_interval(secs => %(lease)s)
+WHERE key = ANY(%(keys)s::text[]) AND claimed_by = %(me)s
+RETURNING key
+"""
+# A claim with no outcome goes; an error claimed to run again keeps its row.
+_RELEASE = """\
+WITH gone AS (
+    DELETE FROM {table} WHERE key = ANY(%(keys)s::text[]) AND claimed_by = %(me)s
+        AND status IS NULL
+)
+UPDATE {table} SET claimed_by = NULL, lease_until = NULL
+WHERE key = ANY(%(keys)s::text[]) AND claimed_by = %(me)s AND status IS NOT NULL
+"""
+_LOOKUP = f"SELECT {_COLUMNS} FROM {{table}} WHERE key = %s AND status IS NOT NULL"
+_COUNTS = "SELECT status, count(*) FROM {table} WHERE status IS NOT NULL GROUP BY status"
+_ERRORS = f"SELECT {_COLUMNS} FROM {{table}} WHERE status = 'error' ORDER BY finished DESC"
+_LAST = "SELECT max(finished) FROM {table} WHERE status IS NOT NULL"
+# A stretch of old outcomes (or of claims whose lease ended before the date).
+_TRIM = """\
+DELETE FROM {table} WHERE key IN (
+    SELECT key FROM {table}
+    WHERE (finished < %(before)s AND status = ANY(%(statuses)s::text[]))
+       OR (status IS NULL AND lease_until < to_timestamp(%(before)s))
+    LIMIT %(stretch)s
+)
+RETURNING status
+"""
+_TRIM_STRETCH = 5000  # rows a trim deletes per statement (each its own transaction)
+
+
+def is_postgres_url(value: object) -> bool:
+    """Whether ``value`` is a ``postgresql://`` or ``postgres://`` URL: a journal in PostgreSQL."""
+    return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
+
+
+def _table_parts(table: object) -> tuple[str, ...]:
+    takes = 'a table name ("sluicegate_journal" or "schema.table")'
+    if not isinstance(table, str):
+        raise TypeError(f"table must be {takes}, not {table!r}")
+    parts = tuple(table.split("."))
+    if not table or len(parts) > 2 or not all(parts) or "\x00" in table:
+        raise ValueError(f"table must be {takes}, not {table!r}")
+    return parts
+
+
+def _checked_key(key: str) -> str:
+    """``key`` as PostgreSQL text; a key it cannot hold is a ValueError, not a lost item."""
+    if "\x00" in key:
+        raise ValueError(f"a Postgres journal's keys cannot hold NUL characters: {key!r}")
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"a Postgres journal's keys must be valid UTF-8 text (no lone surrogate): {key!r}"
+            ) from None
+    return key
+
+
+def _text(value: str | None) -> str | None:
+    # PostgreSQL's text holds no NUL; the journal's other texts are valid UTF-8 already.
+    return value if value is None or "\x00" not in value else value.replace("\x00", "\\x00")
+
+
+@final
+class PostgresJournal:
+    """A journal in a PostgreSQL table, for one service on several hosts.
+
+    Pass one as ``journal=`` to :func:`~sluicegate.serve` (a
+    ``postgresql://`` URL means ``PostgresJournal(url)``), or make one to
+    read the journal: it has the read API of
+    :class:`~sluicegate.service.Journal`. Making one touches nothing.
+
+    Services on any number of hosts may share it: each key is claimed, with
+    a lease, before its item runs, so services fed the same keys run each
+    once; see "Several hosts" in the service docs. Needs the ``postgres``
+    extra (``pip install 'sluicegate[postgres]'``).
+
+    Args:
+        dsn: The database: a ``postgresql://user:password@host:port/db`` URL
+            or a libpq ``key=value`` string.
+        table: The journal's table, optionally with its schema;
+            :func:`~sluicegate.serve` creates it when missing.
+        lease: Seconds a key claimed by a service that stopped (a SIGKILL,
+            a lost host) waits before another service claims it. A live
+            service renews its claims every ``lease / 3`` seconds, so an
+            item may run for much longer.
+        batch: The most keys one statement claims.
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: ``dsn`` cannot be parsed, ``table`` is not a name,
+            ``lease`` is not a positive number of seconds, ``batch`` < 1.
+    """
+
+    __slots__ = ("_statements", "batch", "dsn", "lease", "table")
+
+    def __init__(
+        self, dsn: str, *, table: str = "sluicegate_journal", lease: float = 30.0, batch: int = 256
+    ) -> None:
+        if not isinstance(dsn, str):
+            raise TypeError(f"dsn must be a str (postgresql://host/db), not {dsn!r}")
+        parts = _table_parts(table)
+        lease = check_seconds(lease, "lease", zero=False)
+        batch = check_count(batch, "batch", minimum=1)
+        try:
+            from psycopg import sql
+            from psycopg.conninfo import conninfo_to_dict
+        except ImportError:  # pragma: no cover - only without the extra
+            raise ImportError(
+                "a Postgres journal needs psycopg 3: pip install 'sluicegate[postgres]'"
+            ) from None
+        try:
+            conninfo_to_dict(dsn)
+        except Exception as exc:
+            raise ValueError(f"dsn must be a PostgreSQL URL or key=value string: {exc}") from None
+        # A journal is a value: what it names is set here, never changed.
+        self.dsn: str = dsn
+        self.table: str = table
+        self.lease: float = lease
+        self.batch: int = batch
+        name = sql.Identifier(*parts)
+        self._statements: dict[str, sql.Composed] = {
+            "schema": sql.SQL(_SCHEMA).format(
+                table=name, errors=sql.Identifier(f"{parts[-1]}_errors")
+            ),
+            **{
+                what: sql.SQL(text).format(table=name)
+                for what, text in (
+                    ("claim", _CLAIM), ("record", _RECORD), ("renew", _RENEW),
+                    ("release", _RELEASE), ("lookup", _LOOKUP), ("counts", _COUNTS),
+                    ("errors", _ERRORS), ("last", _LAST), ("trim", _TRIM),
+                )
+            },
+        }  # fmt: skip
+
+    @property
+    def label(self) -> str:
+        """How messages name the journal: its address (password hidden) and table."""
+        return f"{shown(self.dsn)} table {self.table}"
+
+    def __repr__(self) -> str:
+        return f"PostgresJournal({shown(self.dsn)!r}, table={self.table!r}, lease={self.lease:g})"
+
+    def statement(self, name: str) -> sql.Composed:
+        """One of the journal's statements, for its table."""
+        return self._statements[name]
+
+    @staticmethod
+    def schema_sql(table: str = "sluicegate_journal") -> str:
+        """The SQL that creates the journal's ``table`` (what a service runs when it is missing)."""
+        from psycopg import sql
+
+        parts = _table_parts(table)
+        schema = sql.SQL(_SCHEMA).format(
+            table=sql.Identifier(*parts), errors=sql.Identifier(f"{parts[-1]}_errors")
+        )
+        return schema.as_string(None) + ";\n"
+
+    # -- connections -----------------------------------------------------------------
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A connection in autocommit mode; a refused one is a ConnectionError naming the DSN."""
+        import psycopg
+
+        try:
+            return psycopg.connect(
+                self.dsn,
+                autocommit=True,
+                connect_timeout=_CONNECT_TIMEOUT,
+                application_name="sluicegate journal",
+            )
+        except psycopg.OperationalError as exc:
+            raise ConnectionError(
+                f"cannot connect to the journal's PostgreSQL at {shown(self.dsn)}: {exc}"
+            ) from exc
+
+    def _identity(self, db: psycopg.Connection[Any]) -> str:
+        """``"ours"``, or ``"missing"``; another table of that name is a JournalError."""
+        from psycopg import sql
+
+        name = sql.Identifier(*_table_parts(self.table)).as_string(db)
+        (oid,) = db.execute("SELECT to_regclass(%s)::oid", [name]).fetchone() or (None,)
+        if oid is None:
+            return "missing"
+        (comment,) = db.execute(
+            "SELECT obj_description(%s::oid, 'pg_class')", [oid]
+        ).fetchone() or (None,)
+        mark, _, version = (comment or "").rpartition(" ")
+        if mark != _MARK or not version.isdigit():
+            raise JournalError(
+                f"{self.label}: not a sluicegate journal (a table of something else)"
+            )
+        if int(version) > _FORMAT:
+            raise JournalError(f"{self.label}: a journal of a newer format ({version}); "
+                               "upgrade sluicegate")  # fmt: skip
+        return "ours"
+
+    def _create(self, db: psycopg.Connection[Any]) -> None:
+        """Create the table if missing; services starting at once wait for each other here."""
+        from psycopg import sql
+
+        with db.transaction():
+            db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"{_MARK} {self.table}"])
+            if self._identity(db) == "ours":
+                return
+            db.execute(self._statements["schema"])
+            db.execute(
+                sql.SQL("COMMENT ON TABLE {} IS {}").format(
+                    sql.Identifier(*_table_parts(self.table)), sql.Literal(f"{_MARK} {_FORMAT}")
+                )
+            )
+
+    def _reading(self) -> psycopg.Connection[Any]:
+        db = self.connect()
+        try:
+            if self._identity(db) == "missing":
+                raise JournalError(f"{self.label}: no journal there (no such table)")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    # -- reading ---------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """How many items finished with each status: ``{"ok": N, "error": M}``.
+
+        Raises:
+            ConnectionError: the server cannot be reached.
+            JournalError: there is no journal table, or the table is something else.
+        """
+        with self._reading() as db:
+            found = dict(db.execute(self._statements["counts"]).fetchall())
+        return {"ok": found.get("ok", 0), "error": found.get("error", 0)}
+
+    def get(self, key: str) -> JournalEntry | None:
+        """The entry recorded for ``key``, or None (see :meth:`counts` for the errors)."""
+        with self._reading() as db:
+            row = db.execute(self._statements["lookup"], [_checked_key(key)]).fetchone()
+        return None if row is None else JournalEntry.from_row(row)
+
+    def errors(self, *, last: int | None = None) -> list[JournalEntry]:
+        """The recorded errors (dead letters), oldest first; ``last``: only the most recent."""
+        check_count(last, "last", minimum=1, none=True)
+        from psycopg import sql
+
+        query = self._statements["errors"]
+        with self._reading() as db:
+            if last is None:
+                rows = db.execute(query).fetchall()
+            else:
+                rows = db.execute(sql.SQL("{} LIMIT %s").format(query), [last]).fetchall()
+        return [JournalEntry.from_row(row) for row in reversed(rows)]
+
+    def last_finished(self) -> datetime.datetime | None:
+        """When the most recent item finished, or None for an empty journal."""
+        with self._reading() as db:
+            (latest,) = db.execute(self._statements["last"]).fetchone() or (None,)
+        return None if latest is None else datetime.datetime.fromtimestamp(latest, datetime.UTC)
+
+    def trim(self, before: datetime.datetime, *, errors: bool = False) -> int:
+        """Forget the items that finished before ``before``; safe while services run.
+
+        Deletes in statements of a few thousand rows, each its own
+        transaction, so a service committing meanwhile waits for one at
+        most. Claims whose lease ended before ``before`` (left by services
+        that died) go too.
+
+        Returns:
+            How many items (outcomes) were forgotten.
+        """
+        if not isinstance(before, datetime.datetime) or before.tzinfo is None:
+            raise TypeError(f"before must be an aware datetime (with a tzinfo), not {before!r}")
+        statuses = ["ok", "error"] if errors else ["ok"]
+        forgotten = 0
+        with self._reading() as db:
+            while True:
+                rows = db.execute(
+                    self._statements["trim"],
+                    {"before": before.timestamp(), "statuses": statuses,
+                     "stretch": _TRIM_STRETCH},
+                ).fetchall()  # fmt: skip
+                forgotten += sum(1 for (status,) in rows if status is not None)
+                if len(rows) < _TRIM_STRETCH:
+                    return forgotten
+
+    # -- serving ---------------------------------------------------------------------
+
+    def open(self, *, on_durable: Durable | None = None, backlog: int = 1024) -> PostgresWriter:
+        """Create the journal's table if needed and open the journal for a service.
+
+        Blocking: a service calls it in a worker thread.
+
+        Raises:
+            ConnectionError: the server refused the connection or the
+                credentials, naming the DSN (its password hidden).
+            JournalError: a table of that name is not a journal, or one of a
+                newer format.
+            psycopg.Error: the table could not be created (no privilege).
+        """
+        opened: list[psycopg.Connection[Any]] = []
+        try:
+            for _ in range(3):
+                opened.append(self.connect())
+            claiming, committing, reading = opened
+            self._create(committing)
+            # A claim need not wait for the disk: a server crash that forgot
+            # one lets another service run the key too (at-least-once, as
+            # after a lost lease). Outcomes wait for it: they are the record.
+            claiming.execute("SET synchronous_commit = off")
+        except BaseException:
+            for db in opened:
+                db.close()
+            raise
+        return PostgresWriter(
+            self, claiming, committing, reading, backlog=backlog, on_durable=on_durable
+        )
+
+
+class PostgresWriter:
+    """A :class:`PostgresJournal` opened by one service: claims, lookups and grouped commits.
+
+    It is the SQLite :class:`~._writer.JournalWriter`'s counterpart behind
+    :class:`~._writer.OpenJournal`: rows join the pending batch and the
+    writer task (:meth:`run`) commits a batch in one statement, at once when
+    someone waits for one of its rows, else once ``_GROUP_ROWS`` are there or
+    ``_GROUP_S`` passed; after each commit it tells ``on_durable``. Lookups
+    are answered from what the claims found (:meth:`admitted`), so they make
+    no round trip. The writer task also renews the leases of the keys held.
+    """
+
+    def __init__(
+        self,
+        journal: PostgresJournal,
+        claiming: psycopg.Connection[Any],
+        committing: psycopg.Connection[Any],
+        reading: psycopg.Connection[Any],
+        *,
+        backlog: int,
+        on_durable: Durable | None,
+    ) -> None:
+        # The journal, its connections and what the service asked for: set
+        # here, never changed (aclose() closes the connections). The claiming
+        # connection is the claims' (one at a time, _claim_lock), the
+        # committing one the commits', renewals' and releases' (_commit_lock);
+        # the reading one is used on the trio thread only.
+        self.journal = journal
+        self.label = journal.label
+        self.consumer = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self._claiming = claiming
+        self._committing = committing
+        self._reading = reading
+        self._lease = journal.lease
+        self._batch = journal.batch
+        self._backlog = backlog
+        self._on_durable = on_durable
+        self._claim_lock = trio.Lock()
+        self._commit_lock = trio.Lock()
+        # Invariant: the batch rows join now; replaced by _commit_pending()
+        # alone (given back there if that commit is cancelled).
+        self._pending = Batch()
+        # Invariant: == len(self._pending); written with _pending only.
+        self._queued = 0
+        # Invariant: someone waits for the pending batch; set by hurry(),
+        # cleared when the batch is taken.
+        self._awaited = False
+        # Invariant: batches whose commit a cancellation interrupted, oldest first.
+        self._stranded: list[Batch] = []
+        # Invariant: set when the writer task has a reason to look again;
+        # replaced by run() alone.
+        self._wake = trio.Event()
+        # Invariant: a commit failed; latched, so the last try commits nothing more.
+        self._broken = False
+        # Keys claimed here whose outcome is not committed: added by claim(),
+        # removed by a commit, a release or a lost lease. Invariant: each is
+        # claimed by this service on the server, or was until its lease was lost.
+        self.held: dict[str, None] = {}
+        # Keys handed to the service to run, whose lookup is still to come:
+        # added by _Claims as it hands an item out, removed by statuses().
+        self._runs: set[str] = set()
+        # Outcomes the claims found, newest last, for the lookups that follow:
+        # added by _Claims as it hands an item out; the oldest go past _FOUND_KEPT.
+        self._found: collections.OrderedDict[str, JournalEntry] = collections.OrderedDict()
+        # Counters, each written only where its event happens.
+        self.claimed = 0
+        self.lost = 0
+
+    # -- lookups ---------------------------------------------------------------------
+
+    def statuses(self, keys: list[str]) -> dict[str, str]:
+        """The status of each of ``keys`` that is committed, from what its claim found."""
+        found: dict[str, str] = {}
+        missed: list[str] = []
+        runs = self._runs
+        for key in keys:
+            if key in runs:
+                runs.discard(key)
+                continue
+            entry = self._found.get(key)
+            if entry is not None:
+                found[key] = "ok" if entry.ok else "error"
+            else:
+                missed.append(key)
+        for key in missed:
+            # Not handed out by the claims (the service asked out of turn): claimed here, now.
+            entry = self._claim_now(key)
+            if entry is not None:
+                found[key] = "ok" if entry.ok else "error"
+        return found
+
+    def entry(self, key: str) -> JournalEntry | None:
+        """The entry committed for ``key``, or None."""
+        entry = self._found.get(key)
+        if entry is not None:
+            return entry
+        row = self._reading.execute(self.journal.statement("lookup"), [key]).fetchone()
+        return None if row is None else JournalEntry.from_row(row)
+
+    def _claim_now(self, key: str) -> JournalEntry | None:
+        """Claim ``key`` on the trio thread (a rare path); its outcome if it has one."""
+        (row,) = _claim_rows(self._reading, self.journal, [key], self.consumer, False)
+        mine, entry = _claim_result(row)
+        if mine:
+            self.held[key] = None
+            self.claimed += 1
+        elif entry is None:
+            logger.warning(
+                "%s: key %r, looked up out of turn, is claimed by another service: it runs here "
+                "too", self.label, key,
+            )  # fmt: skip
+        return entry
+
+    def found(self, key: str, entry: JournalEntry | None) -> None:
+        """``key`` goes to the service: to run (``entry`` None, claimed here) or skipped."""
+        if entry is None:
+            self._runs.add(key)
+            return
+        found = self._found
+        found[key] = entry
+        found.move_to_end(key)
+        if len(found) > _FOUND_KEPT:
+            found.popitem(last=False)
+
+    # -- claims ----------------------------------------------------------------------
+
+    def admitted(
+        self, source: Any, key: Callable[[Any], str], rerun_errors: bool
+    ) -> tuple[AsyncIterator[Any], Callable[[Any], str]]:
+        """The items of ``source`` as the service may admit them: each key claimed first.
+
+        Returns the items, each handed out once its key is claimed here or
+        its outcome is found, and the key function the admission asks (it
+        answers from what the claims asked ``key``: ``key`` is asked once
+        per item).
+        """
+        claims = _Claims(self, source, key, rerun_errors)
+        return claims, claims.key_of
+
+    async def claim(
+        self, keys: list[str], rerun_errors: bool
+    ) -> list[tuple[bool, JournalEntry | None]]:
+        """Claim ``keys`` (sorted, distinct) in one statement; for each, (claimed, outcome)."""
+        async with self._claim_lock:
+            rows = await _in_thread(
+                _claim_rows, self._claiming, self.journal, keys, self.consumer, rerun_errors
+            )
+        results = [_claim_result(row) for row in rows]
+        for key, (mine, _) in zip(keys, results, strict=True):
+            if mine:
+                self.held[key] = None
+                self.claimed += 1
+        return results
+
+    async def release(self, keys: Sequence[str]) -> None:
+        """Give the claims of ``keys`` back at once (their items will not run here)."""
+        keys = [key for key in keys if key in self.held]
+        if not keys:
+            return
+        async with self._commit_lock:
+            await _in_thread(self._release, keys)
+
+    def _release(self, keys: list[str]) -> None:
+        self._committing.execute(
+            self.journal.statement("release"), {"keys": keys, "me": self.consumer}
+        )
+        for key in keys:
+            self.held.pop(key, None)
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await trio.sleep(self._lease / 3)
+            keys = list(self.held)
+            for start in range(0, len(keys), _RENEW_CHUNK):
+                chunk = keys[start : start + _RENEW_CHUNK]
+                async with self._commit_lock:
+                    rows = await _in_thread(
+                        _fetch, self._committing, self.journal.statement("renew"),
+                        {"keys": chunk, "me": self.consumer, "lease": self._lease},
+                    )  # fmt: skip
+                kept = {key for (key,) in rows}
+                lost = [key for key in chunk if key not in kept and key in self.held]
+                if lost:
+                    self.lost += len(lost)
+                    for key in lost:
+                        del self.held[key]
+                    logger.warning(
+                        "%s: %d key(s) were claimed by another service after their lease "
+                        "expired (was this process stalled?): they may run twice",
+                        self.label, len(lost),
+                    )  # fmt: skip
+
+    # -- rows ------------------------------------------------------------------------
+
+    def add_ok(self, row: OkRow, attached: object) -> Batch:
+        """Queue a success for the next commit; ``attached`` goes to ``on_durable`` after it."""
+        batch = self._pending
+        batch.oks.append(row)
+        batch.attached.append(attached)
+        return self._added(batch)
+
+    def add_error(self, row: ErrorRow, attached: object) -> Batch:
+        """Queue a failure for the next commit (see :meth:`add_ok`)."""
+        batch = self._pending
+        batch.errors.append(row)
+        batch.attached.append(attached)
+        return self._added(batch)
+
+    def _added(self, batch: Batch) -> Batch:
+        self._queued += 1
+        if self._queued == 1 or self._queued == _GROUP_ROWS:
+            self._wake.set()
+        return batch
+
+    @property
+    def backlogged(self) -> bool:
+        """Whether so many rows wait for a commit that whoever adds more should wait too."""
+        return self._queued >= self._backlog
+
+    def hurry(self, batch: Batch) -> None:
+        """Make ``batch``'s commit due at once: someone waits for it."""
+        if batch is self._pending and not self._awaited:
+            self._awaited = True
+            self._wake.set()
+
+    async def committed(self, batch: Batch) -> None:
+        """Return once ``batch`` is committed; waiting makes its commit due at once."""
+        self.hurry(batch)
+        await batch.done.wait()
+
+    # -- the writer task -------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Commit pending rows and renew the claims held, until cancelled.
+
+        Raises:
+            JournalError: a commit failed; the service must stop.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._renew_forever)
+                while True:
+                    if not self._queued:
+                        await self._wake.wait()
+                        self._wake = trio.Event()
+                        continue
+                    if not self._awaited and self._queued < _GROUP_ROWS:
+                        with trio.move_on_after(_GROUP_S):
+                            await self._wake.wait()
+                    self._wake = trio.Event()
+                    await self._flush()
+        finally:
+            if (self._queued or self._stranded) and not self._broken:
+                with trio.move_on_after(_LAST_COMMIT_S) as last:
+                    last.shield = True
+                    await self._flush()
+
+    async def flush(self) -> None:
+        """Commit what is pending now, as a service ends normally."""
+        if self._queued or self._stranded:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        async with self._commit_lock:
+            if self._queued or self._stranded:
+                await self._commit_pending()
+
+    async def _commit_pending(self) -> None:
+        batches = [*self._stranded, self._pending]
+        self._stranded = []
+        self._pending = Batch()
+        self._queued = 0
+        self._awaited = False
+        try:
+            keys = await _in_thread(self._record, batches)
+        except trio.Cancelled:
+            self._stranded = batches
+            raise
+        except Exception as exc:
+            self._broken = True
+            rows = sum(map(len, batches))
+            raise JournalError(f"{self.label}: could not record {rows} item(s): {exc}") from exc
+        for key in keys:
+            self.held.pop(key, None)
+        for batch in batches:
+            if self._on_durable is not None:
+                self._on_durable(batch.attached, len(batch.oks), len(batch.errors))
+            batch.done.set()
+
+    def _record(self, batches: list[Batch]) -> list[str]:
+        """Commit ``batches``' rows in one statement (a success wins over an error); their keys."""
+        rows: dict[str, tuple[Any, ...]] = {}
+        for batch in batches:
+            for stored, attempts, kind, message, trace, started, finished in batch.errors:
+                key = loaded_key(stored)
+                if key not in rows or rows[key][1] != "ok":
+                    rows[key] = (key, "error", attempts, kind, _text(message), _text(trace),
+                                 "null", "json", started, finished)  # fmt: skip
+            for stored, attempts, value, form, started, finished in batch.oks:
+                key = loaded_key(stored)
+                rows[key] = (key, "ok", attempts, None, None, None, value, form, started, finished)
+        if rows:
+            columns = [list(column) for column in zip(*sorted(rows.values()), strict=True)]
+            _retrying(self._committing.execute, self.journal.statement("record"), columns)
+        return list(rows)
+
+    async def aclose(self) -> None:
+        """Release the claims still held (their items did not settle here), close the connections.
+
+        Raises:
+            ConnectionError: the server was lost; what was held comes back after its lease.
+        """
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + CLOSE_TIMEOUT
+            try:
+                held = list(self.held)
+                for start in range(0, len(held), _RENEW_CHUNK):
+                    await _in_thread(self._release, held[start : start + _RENEW_CHUNK])
+            except ConnectionError as exc:
+                logger.warning(
+                    "%s: could not release %d claim(s): they return once their lease expires: %s",
+                    self.label, len(self.held), exc,
+                )  # fmt: skip
+            finally:
+                await trio.to_thread.run_sync(self.close)
+
+    def close(self) -> None:
+        for db in (self._claiming, self._committing, self._reading):
+            db.close()
+
+
+class _Claims:
+    """The admission's side of the claims: a source's items, each handed out once decided.
+
+    An item is handed out (``__anext__``) once its key is claimed here (it
+    runs) or its outcome is found (it is skipped); the writer is told which
+    (:meth:`PostgresWriter.found`), so the service's lookup that follows
+    costs no round trip. An item whose key another service holds (or a copy
+    of a key held here) is set aside and looked at again every
+    ``_RECHECK_S`` or so, together with new keys when there are any; once
+    decided it goes out first. What the source has ready goes in one claim:
+    the next items of a sync iterable, what waits in a memory channel; an
+    async iterator (or a source that binds the run) is read an item at a
+    time.
+    """
+
+    def __init__(
+        self, writer: PostgresWriter, source: Any, key: Callable[[Any], str], rerun: bool
+    ) -> None:
+        # What it reads and asks: set here, never changed; aclose() closes the source.
+        self._writer = writer
+        self._source = source
+        self._key = key
+        self._rerun = rerun
+        self._batch = writer.journal.batch
+        self._recheck_s = min(_RECHECK_S, writer.journal.lease / 8)
+        self._sync: Iterator[Any] | None = None
+        self._async: AsyncIterator[Any] | None = None
+        self._channel: trio.MemoryReceiveChannel[Any] | None = None
+        if isinstance(source, trio.MemoryReceiveChannel):
+            self._channel = source
+        elif hasattr(source, "__aiter__"):
+            self._async = source.__aiter__()
+        else:
+            self._sync = iter(source)
+        # Items decided, to hand out, with their key and outcome (None: claimed
+        # here, it runs); items set aside first, new ones after. Written by
+        # _decide (adds), __anext__ (takes) and aclose (empties).
+        self._ready: collections.deque[tuple[Any, str, JournalEntry | None]] = collections.deque()
+        # Items handed out, and their keys, for key_of(), oldest first.
+        # Written by __anext__ (adds) and key_of (takes). Invariant: the
+        # admission asks each item's key right after it is handed out.
+        self._handed: collections.deque[tuple[Any, str]] = collections.deque()
+        # Keys set aside: held by another service (or by a copy here), with
+        # their items in source order. Written by _decide and _claim_more.
+        # Invariant: at most about _MOST_SET_ASIDE keys; none of them in _ready.
+        self._aside: dict[str, list[Any]] = {}
+        self._look_again_at = 0.0  # when the keys set aside are next due (trio's clock)
+        # The source ended; a key() that raised, for the item after those taken with it.
+        self._ended = False
+        self._failed: BaseException | None = None
+        # How many new items the next claim takes, how long the last claim
+        # took, when it ended (trio's clock): see _claim_size. Written by
+        # _claim_more alone. Invariant: 1 <= _size <= batch.
+        self._size = 1
+        self._round_trip = 0.0
+        self._claimed_at: float | None = None
+        self._closed = False
+
+    def __aiter__(self) -> _Claims:
+        return self
+
+    async def __anext__(self) -> Any:
+        while True:
+            if self._ready:
+                item, key, entry = self._ready.popleft()
+                self._writer.found(key, entry)
+                self._handed.append((item, key))
+                return item
+            if self._failed is not None:
+                failed, self._failed = self._failed, None
+                raise failed
+            if self._closed or (self._ended and not self._aside):
+                raise StopAsyncIteration
+            await self._claim_more()
+
+    def key_of(self, item: Any) -> str:
+        """The key of an item just handed out, as its claim asked it."""
+        if self._handed:
+            handed, key = self._handed.popleft()
+            if handed is item:
+                return key
+            self._handed.clear()  # out of step: ask again
+        return _key_text(self._key, item)
+
+    # -- claiming --------------------------------------------------------------------
+
+    def _claim_size(self, now: float) -> int:
+        """About what the window starts in one round trip (see the Feed's claims)."""
+        if self._claimed_at is not None:
+            lasted = now - self._claimed_at
+            if lasted <= self._round_trip:
+                self._size = min(self._batch, self._size * 2)
+            elif lasted > 4 * self._round_trip:
+                self._size = max(1, self._size // 2)
+        return self._size
+
+    async def _claim_more(self) -> None:
+        """One claim: new items, and the keys set aside when they are due; or wait for them."""
+        writer = self._writer
+        now = trio.current_time()
+        aside = self._aside
+        due = bool(aside) and now >= self._look_again_at
+        new: list[tuple[Any, str]] = []
+        if not self._ended and len(aside) < _MOST_SET_ASIDE:
+            # With keys due, only what the source has ready; with keys set
+            # aside, a channel is waited on until they are due.
+            until = now if due else (self._look_again_at if aside else math.inf)
+            new = await self._take(self._claim_size(now), until)
+        elif aside and not due:
+            await trio.sleep_until(self._look_again_at)
+        if aside and trio.current_time() >= self._look_again_at:
+            again = [key for key in aside if key not in writer.held]
+            self._look_again_at = trio.current_time() + self._recheck_s
+        else:
+            again = []
+        ask: dict[str, Any] = {}  # key -> its first new item
+        copies: dict[str, list[Any]] = {}  # key -> its other new items
+        for item, key in new:
+            if key in aside:
+                aside[key].append(item)
+            elif key in ask:
+                copies.setdefault(key, []).append(item)
+            elif key in writer.held:
+                aside[key] = [item]  # a copy of a key that runs here: after its outcome
+            else:
+                ask[key] = item
+        keys = sorted([*ask, *again])
+        started = trio.current_time()
+        results: list[tuple[bool, JournalEntry | None]] = []
+        for start in range(0, len(keys), self._batch):
+            results += await writer.claim(keys[start : start + self._batch], self._rerun)
+        # From here on nothing awaits: what was claimed is ready or set aside
+        # before a cancellation can come.
+        decided = dict(zip(keys, results, strict=True))
+        resolved: list[tuple[Any, str, JournalEntry | None]] = []
+        for key in again:
+            mine, entry = decided[key]
+            if mine:
+                items = aside[key]
+                resolved.append((items.pop(0), key, None))
+                if not items:
+                    del aside[key]  # the copies, if any, wait for its outcome
+            elif entry is not None:
+                resolved += [(item, key, entry) for item in aside.pop(key)]
+        # What waited longest goes first.
+        self._ready.extendleft(reversed(resolved))
+        for key, item in ask.items():
+            mine, entry = decided[key]
+            if mine:
+                self._ready.append((item, key, None))
+                if key in copies:
+                    aside[key] = copies[key]
+            elif entry is not None:
+                self._ready.append((item, key, entry))
+                self._ready.extend((copy, key, entry) for copy in copies.get(key, ()))
+            else:
+                aside[key] = [item, *copies.get(key, ())]
+        if new:
+            self._claimed_at = now = trio.current_time()
+            if len(new) == self._size:
+                self._round_trip = now - started
+        if not keys:
+            await trio.lowlevel.checkpoint()
+
+    async def _take(self, limit: int, until: float) -> list[tuple[Any, str]]:
+        """Up to ``limit`` items the source has ready, with their keys.
+
+        The first item is waited for: up to ``until`` (trio's clock) from a
+        memory channel, for as long as it takes from an async iterator (a
+        pull cut short could lose its item), never from a sync iterable.
+        """
+        taken: list[tuple[Any, str]] = []
+        key = self._key
+        try:
+            if self._sync is not None:
+                for item in self._sync:
+                    taken.append((item, _key_text(key, item)))
+                    if len(taken) == limit:
+                        break
+                else:
+                    self._ended = True
+                await trio.lowlevel.checkpoint()
+            elif self._channel is not None:
+                channel = self._channel
+                with trio.move_on_at(until):
+                    try:
+                        item = await channel.receive()
+                    except trio.EndOfChannel:
+                        self._ended = True
+                        return taken
+                    taken.append((item, _key_text(key, item)))
+                waiting = channel.statistics()
+                if taken and waiting.open_receive_channels == 1:
+                    for _ in range(min(waiting.current_buffer_used, limit - 1)):
+                        try:
+                            item = channel.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                        taken.append((item, _key_text(key, item)))
+            else:
+                assert self._async is not None
+                try:
+                    item = await self._async.__anext__()
+                except StopAsyncIteration:
+                    self._ended = True
+                    return taken
+                taken.append((item, _key_text(key, item)))
+        except Exception as exc:
+            if not taken:
+                raise
+            # The items before it go first; the error is raised in its turn.
+            self._failed = exc
+            self._ended = True
+        return taken
+
+    async def aclose(self) -> None:
+        """Release the claims of items decided and not handed out; close the source."""
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        mine = [key for _, key, entry in self._ready if entry is None]
+        self._ready.clear()
+        self._aside.clear()
+        try:
+            if mine:
+                await self._writer.release(mine)
+        except Exception as exc:
+            logger.warning(
+                "%s: could not release %d claim(s) of items not started: they return once "
+                "their lease expires: %r", self._writer.label, len(mine), exc,
+            )  # fmt: skip
+        finally:
+            await close_source(self._source)
+
+
+def _key_text(key: Callable[[Any], str], item: object) -> str:
+    name = key(item)
+    if type(name) is not str:
+        raise TypeError(f"key(item) must return a str, not {type(name).__name__}: {name!r}")
+    return _checked_key(name)
+
+
+def _claim_rows(
+    db: psycopg.Connection[Any],
+    journal: PostgresJournal,
+    keys: list[str],
+    me: str,
+    rerun: bool,
+) -> list[tuple[Any, ...]]:
+    """Run the claim statement; its rows in the order of ``keys``."""
+    rows = _retrying(
+        _fetch_all, db, journal.statement("claim"),
+        {"keys": keys, "me": me, "lease": journal.lease, "rerun": rerun},
+    )  # fmt: skip
+    order = {row[0]: row for row in rows}
+    return [order[key] for key in keys]
+
+
+def _claim_result(row: Sequence[Any]) -> tuple[bool, JournalEntry | None]:
+    """(claimed here, the outcome found): neither means another service holds the key."""
+    _, mine, *entry = row
+    if mine or entry[1] is None:
+        return bool(mine), None
+    return False, JournalEntry.from_row(entry)
+
+
+def _fetch(
+    db: psycopg.Connection[Any], statement: sql.Composed, params: Any
+) -> list[tuple[Any, ...]]:
+    return _retrying(_fetch_all, db, statement, params)
+
+
+def _fetch_all(
+    db: psycopg.Connection[Any], statement: sql.Composed, params: Any
+) -> list[tuple[Any, ...]]:
+    cursor = db.execute(statement, params)
+    return cursor.fetchall() if cursor.description is not None else []
+
+
+def _retrying(fn: Callable[..., V], *args: Any) -> V:
+    """``fn(*args)``, again when PostgreSQL aborted it to break a deadlock; a lost server named."""
+    import psycopg
+
+    for attempt in range(_RETRIES):
+        try:
+            return fn(*args)
+        except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+            if attempt == _RETRIES - 1:
+                raise
+            time.sleep(0.01 * (attempt + 1))
+        except psycopg.OperationalError as exc:
+            raise ConnectionError(f"lost the journal's PostgreSQL server: {exc}") from exc
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _in_thread(fn: Callable[..., V], *args: Any) -> V:
+    """``fn(*args)`` in a worker thread, which a cancellation does not abandon."""
+    return await trio.to_thread.run_sync(fn, *args)
