@@ -1,4 +1,8 @@
-"""``sluicegate journal show|errors|trim PATH``: read or trim a journal, even while it runs."""
+"""``sluicegate journal show|errors|trim PATH|URL``: read or trim a journal, even while it runs.
+
+PATH is a SQLite journal's file; a ``postgresql://`` URL names a Postgres journal
+(its table ``sluicegate_journal``). Both are read through the same API.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +16,13 @@ from typing import Any
 
 from .._sqlite import display
 from ._convert import converter
-from ._journal import Journal, JournalEntry, JournalError
+from ._journal import JournalEntry, JournalError, journal_at
+from ._postgres import PostgresJournal
 
 __all__ = ["register"]
 
 LAST_ERRORS = 5
+_WHERE = "the journal: its file, or a postgresql:// URL"
 
 
 def _error(exc: Exception) -> int:
@@ -26,6 +32,12 @@ def _error(exc: Exception) -> int:
         message = str(exc)
     print(f"sluicegate: {message}", file=sys.stderr)
     return 2
+
+
+def _named(address: str) -> str:
+    """How the command names the journal at ``address``: a path, or a URL without its password."""
+    journal = journal_at(address)
+    return journal.label if isinstance(journal, PostgresJournal) else display(address)
 
 
 def _when(entry: JournalEntry) -> str:
@@ -39,12 +51,12 @@ def _headline(entry: JournalEntry) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    journal = Journal(args.path)
     try:
+        journal = journal_at(args.path)
         counts = journal.counts()
         last = journal.errors(last=LAST_ERRORS)
         latest = journal.last_finished()
-    except (OSError, JournalError) as exc:
+    except (OSError, JournalError, ValueError) as exc:
         return _error(exc)
     if args.json:
         document: dict[str, Any] = {
@@ -56,7 +68,7 @@ def _show(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
         return 0
     total = sum(counts.values())
-    print(f"journal {display(args.path)}: {total:,} item(s)")
+    print(f"journal {_named(args.path)}: {total:,} item(s)")
     width = len(f"{max(counts.values(), default=0):,}")
     for status, count in counts.items():
         print(f"  {status:<6} {count:>{width},}")
@@ -64,7 +76,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"  last finished {latest:%Y-%m-%d %H:%M:%S} UTC")
     if last:
         shown = f"last {len(last)} of {counts['error']:,}" if counts["error"] > len(last) else "all"
-        print(f"errors ({shown}; `sluicegate journal errors {display(args.path)}` for tracebacks):")
+        print(f"errors ({shown}; `sluicegate journal errors {_named(args.path)}` for tracebacks):")
         # Oldest first, newest last, as `journal errors` and --json list them.
         for entry in last:
             print(f"  {_when(entry)}  {entry.key}  {_headline(entry)}")
@@ -78,16 +90,15 @@ def _errors(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    journal = Journal(args.path)
     try:
-        entries = journal.errors(last=args.last)
-    except (OSError, JournalError) as exc:
+        entries = journal_at(args.path).errors(last=args.last)
+    except (OSError, JournalError, ValueError) as exc:
         return _error(exc)
     if args.json:
         print(json.dumps(converter.unstructure(entries), indent=2))
         return 0
     if not entries:
-        print(f"no errors in {display(args.path)}")
+        print(f"no errors in {_named(args.path)}")
         return 0
     for number, entry in enumerate(entries):
         if number:
@@ -130,8 +141,8 @@ def _trim(args: argparse.Namespace) -> int:
         return 2
     before = datetime.datetime.now(datetime.UTC) - age
     try:
-        forgotten = Journal(args.path).trim(before, errors=args.errors)
-    except (OSError, JournalError) as exc:
+        forgotten = journal_at(args.path).trim(before, errors=args.errors)
+    except (OSError, JournalError, ValueError) as exc:
         return _error(exc)
     what = "item(s)" if args.errors else "successful item(s); errors kept"
     print(f"forgot {forgotten:,} {what} finished before {before:%Y-%m-%d %H:%M:%S} UTC")
@@ -147,15 +158,16 @@ def register(commands: Any) -> None:
     journal = commands.add_parser(
         "journal",
         help="read a service's journal (sluicegate.serve)",
-        description="Read the SQLite journal of a service; safe while the service runs.",
+        description="Read a service's journal (a SQLite file, or a postgresql:// URL for a"
+        " Postgres journal); safe while services run.",
     )
     actions = journal.add_subparsers(dest="journal_command", metavar="ACTION", required=True)
     show = actions.add_parser("show", help="counts by status and the last errors, oldest first")
-    show.add_argument("path", metavar="PATH", help="the journal file")
+    show.add_argument("path", metavar="PATH", help=_WHERE)
     show.add_argument("--json", action="store_true", help='print {"ok": N, "error": M, ...}')
     show.set_defaults(handler=_show)
     errors = actions.add_parser("errors", help="the recorded errors (dead letters), tracebacks too")
-    errors.add_argument("path", metavar="PATH", help="the journal file")
+    errors.add_argument("path", metavar="PATH", help=_WHERE)
     errors.add_argument(
         "--last", type=int, metavar="N", help="only the N most recent (N >= 1), oldest first"
     )
@@ -165,7 +177,7 @@ def register(commands: Any) -> None:
         "trim",
         help="forget old items (they run again if fed again); errors are kept unless --errors",
     )
-    trim.add_argument("path", metavar="PATH", help="the journal file")
+    trim.add_argument("path", metavar="PATH", help=_WHERE)
     trim.add_argument(
         "--older-than", required=True, metavar="AGE",
         help="forget items that finished more than AGE ago: 7d, 12h, 30m, 90s (a bare number"

@@ -35,6 +35,7 @@ answers on the trio thread the rare lookup the claims did not answer.
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime
 import math
 import os
@@ -42,7 +43,7 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, final
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, final
 
 import trio
 
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
 __all__ = ["PostgresJournal", "PostgresWriter", "is_postgres_url"]
 
 V = TypeVar("V")
+
+Claim = Literal["mine", "found", "held", "later"]
 
 # The table's comment says it is a journal, and of which format: a table of
 # the same name that is something else is refused, never written into.
@@ -96,34 +99,46 @@ _COLUMNS = (
     " started, finished"
 )
 
-# One statement claims a batch of keys. New keys are inserted as claims; a
-# row whose claim is released or expired (a dead service's), or an error
-# when errors run again, is taken over. For every key, the row as it was
-# before says why it was not taken: an outcome (skipped) or another claim
-# (set aside); no row at all means another service inserted it meanwhile.
-# Keys come sorted, so two services lock rows in the same order.
+# One statement looks up a batch of keys and claims up to a limit of them.
+# A key is free when it has no row, or its claim is released or expired (a
+# dead service's) and it has no outcome (or an error, when errors run
+# again); the first free ones in the caller's order, up to the limit, are
+# claimed (inserted, or taken over), in key order so that two services lock
+# rows alike. For every key the row as it was says what it is: an outcome
+# (skipped), another claim (set aside), free but past the limit (asked
+# again later). A key tried and not taken lost a race to another service.
 _CLAIM = """\
 WITH wanted AS (
-    SELECT k FROM unnest(%(keys)s::text[]) AS k
+    SELECT k, n FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS w(k, n)
+), seen AS (
+    SELECT w.k, w.n, j.key AS found, j.status, j.attempts, j.error_type, j.error_message,
+           j.traceback, j.value, j.value_format, j.started, j.finished,
+           j.key IS NULL OR ((j.lease_until IS NULL OR j.lease_until < now())
+                             AND (j.status IS NULL OR (%(rerun)s AND j.status = 'error')))
+               AS free
+    FROM wanted w LEFT JOIN {table} j ON j.key = w.k
+), chosen AS (
+    SELECT k FROM seen WHERE free ORDER BY n LIMIT %(limit)s
 ), fresh AS (
     INSERT INTO {table} (key, claimed_by, lease_until)
-    SELECT k, %(me)s, now() + make_interval(secs => %(lease)s) FROM wanted
+    SELECT k, %(me)s, now() + make_interval(secs => %(lease)s) FROM chosen ORDER BY k
     ON CONFLICT (key) DO NOTHING
     RETURNING key
 ), taken AS (
     UPDATE {table} SET claimed_by = %(me)s, lease_until = now() + make_interval(secs => %(lease)s)
-    WHERE key = ANY(%(keys)s::text[])
+    WHERE key IN (SELECT k FROM chosen)
       AND (lease_until IS NULL OR lease_until < now())
       AND (status IS NULL OR (%(rerun)s AND status = 'error'))
     RETURNING key
 )
-SELECT w.k, (f.key IS NOT NULL OR t.key IS NOT NULL),
-       j.key, j.status, j.attempts, j.error_type, j.error_message, j.traceback, j.value,
-       j.value_format, j.started, j.finished
-FROM wanted w
-LEFT JOIN fresh f ON f.key = w.k
-LEFT JOIN taken t ON t.key = w.k
-LEFT JOIN {table} j ON j.key = w.k
+SELECT s.k, f.key IS NOT NULL OR t.key IS NOT NULL, c.k IS NOT NULL, s.free,
+       s.found, s.status, s.attempts, s.error_type, s.error_message, s.traceback, s.value,
+       s.value_format, s.started, s.finished
+FROM seen s
+LEFT JOIN chosen c ON c.k = s.k
+LEFT JOIN fresh f ON f.key = s.k
+LEFT JOIN taken t ON t.key = s.k
+ORDER BY s.n
 """
 # Outcomes, a commit's worth in one statement; the claim is cleared with it.
 # A success is never written over (another service's, after a lost lease).
@@ -168,6 +183,7 @@ DELETE FROM {table} WHERE key IN (
 RETURNING status
 """
 _TRIM_STRETCH = 5000  # rows a trim deletes per statement (each its own transaction)
+_NOTHING: Any = object()  # no item came
 
 
 def is_postgres_url(value: object) -> bool:
@@ -353,15 +369,24 @@ class PostgresJournal:
                 )
             )
 
-    def _reading(self) -> psycopg.Connection[Any]:
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection to the journal, closed after; the server's refusals as JournalError."""
+        import psycopg
+
         db = self.connect()
         try:
             if self._identity(db) == "missing":
                 raise JournalError(f"{self.label}: no journal there (no such table)")
-        except BaseException:
+            yield db
+        except psycopg.OperationalError as exc:
+            raise ConnectionError(
+                f"lost the journal's PostgreSQL at {shown(self.dsn)}: {exc}"
+            ) from exc
+        except psycopg.Error as exc:
+            raise JournalError(f"{self.label}: {exc}") from exc
+        finally:
             db.close()
-            raise
-        return db
 
     # -- reading ---------------------------------------------------------------------
 
@@ -561,12 +586,12 @@ class PostgresWriter:
 
     def _claim_now(self, key: str) -> JournalEntry | None:
         """Claim ``key`` on the trio thread (a rare path); its outcome if it has one."""
-        (row,) = _claim_rows(self._reading, self.journal, [key], self.consumer, False)
-        mine, entry = _claim_result(row)
-        if mine:
+        (row,) = _claim_rows(self._reading, self.journal, [key], self.consumer, 1, False)
+        state, entry = _claim_result(row)
+        if state == "mine":
             self.held[key] = None
             self.claimed += 1
-        elif entry is None:
+        elif state != "found":
             logger.warning(
                 "%s: key %r, looked up out of turn, is claimed by another service: it runs here "
                 "too", self.label, key,
@@ -600,16 +625,22 @@ class PostgresWriter:
         return claims, claims.key_of
 
     async def claim(
-        self, keys: list[str], rerun_errors: bool
-    ) -> list[tuple[bool, JournalEntry | None]]:
-        """Claim ``keys`` (sorted, distinct) in one statement; for each, (claimed, outcome)."""
+        self, keys: list[str], limit: int, rerun_errors: bool
+    ) -> list[tuple[Claim, JournalEntry | None]]:
+        """Look ``keys`` up and claim up to ``limit`` of the free ones, in one statement.
+
+        Returns, for each key (distinct, in the order to claim them in), what
+        it is now: ``"mine"`` (claimed here), ``"found"`` (with its outcome),
+        ``"held"`` (by another service) or ``"later"`` (free, past the limit).
+        """
         async with self._claim_lock:
             rows = await _in_thread(
-                _claim_rows, self._claiming, self.journal, keys, self.consumer, rerun_errors
-            )
+                _claim_rows, self._claiming, self.journal, keys, self.consumer, limit,
+                rerun_errors,
+            )  # fmt: skip
         results = [_claim_result(row) for row in rows]
-        for key, (mine, _) in zip(keys, results, strict=True):
-            if mine:
+        for key, (state, _) in zip(keys, results, strict=True):
+            if state == "mine":
                 self.held[key] = None
                 self.claimed += 1
         return results
@@ -799,11 +830,18 @@ class _Claims:
     (:meth:`PostgresWriter.found`), so the service's lookup that follows
     costs no round trip. An item whose key another service holds (or a copy
     of a key held here) is set aside and looked at again every
-    ``_RECHECK_S`` or so, together with new keys when there are any; once
-    decided it goes out first. What the source has ready goes in one claim:
-    the next items of a sync iterable, what waits in a memory channel; an
-    async iterator (or a source that binds the run) is read an item at a
-    time.
+    ``_RECHECK_S`` or so, with the next claim; once decided it goes out
+    first.
+
+    Each round trip claims up to ``_size`` keys, about what the window starts
+    in a round trip (doubled while claimed items go out faster, halved while
+    they wait), and looks up ``_look`` keys at least, more while the keys it
+    meets are mostly decided elsewhere (a host following another through
+    the same keys, a restart over recorded ones), so that those are skipped
+    a batch at a time without claiming ahead what will not start soon. Items
+    are read ahead only as far as that: what a sync iterable has next, what
+    waits in a memory channel; an async iterator (or a source that binds the
+    run) is read an item at a time.
     """
 
     def __init__(
@@ -825,28 +863,34 @@ class _Claims:
             self._async = source.__aiter__()
         else:
             self._sync = iter(source)
+        # Items read from the source and not decided yet, with their keys, in
+        # source order. Written by _claim_more (reads, decides) and aclose.
+        # Invariant: none of their keys is set aside.
+        self._pending: collections.deque[tuple[Any, str]] = collections.deque()
         # Items decided, to hand out, with their key and outcome (None: claimed
         # here, it runs); items set aside first, new ones after. Written by
-        # _decide (adds), __anext__ (takes) and aclose (empties).
+        # _claim_more (adds), __anext__ (takes) and aclose (empties).
         self._ready: collections.deque[tuple[Any, str, JournalEntry | None]] = collections.deque()
         # Items handed out, and their keys, for key_of(), oldest first.
         # Written by __anext__ (adds) and key_of (takes). Invariant: the
         # admission asks each item's key right after it is handed out.
         self._handed: collections.deque[tuple[Any, str]] = collections.deque()
         # Keys set aside: held by another service (or by a copy here), with
-        # their items in source order. Written by _decide and _claim_more.
-        # Invariant: at most about _MOST_SET_ASIDE keys; none of them in _ready.
+        # their items in source order. Written by _claim_more and aclose.
+        # Invariant: at most about _MOST_SET_ASIDE keys.
         self._aside: dict[str, list[Any]] = {}
         self._look_again_at = 0.0  # when the keys set aside are next due (trio's clock)
-        # The source ended; a key() that raised, for the item after those taken with it.
+        # The source ended; a key() that raised, for its turn after the items before it.
         self._ended = False
         self._failed: BaseException | None = None
-        # How many new items the next claim takes, how long the last claim
-        # took, when it ended (trio's clock): see _claim_size. Written by
-        # _claim_more alone. Invariant: 1 <= _size <= batch.
+        # Keys to claim and to look up per round trip, how long the last claim
+        # took, when it ended (trio's clock), whether it got all it asked for.
+        # Written by _claim_more alone. Invariant: 1 <= _size <= _look <= batch.
         self._size = 1
+        self._look = 1
         self._round_trip = 0.0
         self._claimed_at: float | None = None
+        self._filled = False
         self._closed = False
 
     def __aiter__(self) -> _Claims:
@@ -859,10 +903,10 @@ class _Claims:
                 self._writer.found(key, entry)
                 self._handed.append((item, key))
                 return item
-            if self._failed is not None:
+            if self._failed is not None and not self._pending:
                 failed, self._failed = self._failed, None
                 raise failed
-            if self._closed or (self._ended and not self._aside):
+            if self._closed or (self._ended and not self._aside and not self._pending):
                 raise StopAsyncIteration
             await self._claim_more()
 
@@ -877,90 +921,101 @@ class _Claims:
 
     # -- claiming --------------------------------------------------------------------
 
-    def _claim_size(self, now: float) -> int:
-        """About what the window starts in one round trip (see the Feed's claims)."""
+    def _resize(self, now: float) -> None:
+        """Claim about what the window starts in one round trip (see the Feed's claims)."""
         if self._claimed_at is not None:
             lasted = now - self._claimed_at
-            if lasted <= self._round_trip:
+            if lasted <= self._round_trip and self._filled:
                 self._size = min(self._batch, self._size * 2)
             elif lasted > 4 * self._round_trip:
                 self._size = max(1, self._size // 2)
-        return self._size
+        self._look = max(self._look, self._size)
 
     async def _claim_more(self) -> None:
-        """One claim: new items, and the keys set aside when they are due; or wait for them."""
+        """One round trip: the next keys (and those set aside, when due); or wait for them."""
         writer = self._writer
-        now = trio.current_time()
         aside = self._aside
+        pending = self._pending
+        now = trio.current_time()
+        self._resize(now)
         due = bool(aside) and now >= self._look_again_at
-        new: list[tuple[Any, str]] = []
-        if not self._ended and len(aside) < _MOST_SET_ASIDE:
-            # With keys due, only what the source has ready; with keys set
-            # aside, a channel is waited on until they are due.
-            until = now if due else (self._look_again_at if aside else math.inf)
-            new = await self._take(self._claim_size(now), until)
-        elif aside and not due:
+        room = self._look - len(pending)
+        if not self._ended and self._failed is None and room > 0 and len(aside) < _MOST_SET_ASIDE:
+            # With something to ask already, only what the source has ready.
+            until = -math.inf if pending or due else (self._look_again_at if aside else math.inf)
+            for item, key in await self._take(room, until):
+                if key in aside:
+                    aside[key].append(item)
+                elif key in writer.held:
+                    aside[key] = [item]  # a copy of a key that runs here: after its outcome
+                else:
+                    pending.append((item, key))
+        elif not pending and aside and not due:
             await trio.sleep_until(self._look_again_at)
-        if aside and trio.current_time() >= self._look_again_at:
+        now = trio.current_time()
+        again: list[str] = []
+        if aside and now >= self._look_again_at:
             again = [key for key in aside if key not in writer.held]
-            self._look_again_at = trio.current_time() + self._recheck_s
-        else:
-            again = []
-        ask: dict[str, Any] = {}  # key -> its first new item
-        copies: dict[str, list[Any]] = {}  # key -> its other new items
-        for item, key in new:
-            if key in aside:
-                aside[key].append(item)
-            elif key in ask:
-                copies.setdefault(key, []).append(item)
-            elif key in writer.held:
-                aside[key] = [item]  # a copy of a key that runs here: after its outcome
-            else:
-                ask[key] = item
-        keys = sorted([*ask, *again])
+            self._look_again_at = now + self._recheck_s
+        # Set aside first (they waited longest), then new keys, each once.
+        keys = [*again, *dict.fromkeys(key for _, key in pending)]
+        if not keys:
+            await trio.lowlevel.checkpoint()
+            return
         started = trio.current_time()
-        results: list[tuple[bool, JournalEntry | None]] = []
+        left = self._size
+        results: list[tuple[Claim, JournalEntry | None]] = []
         for start in range(0, len(keys), self._batch):
-            results += await writer.claim(keys[start : start + self._batch], self._rerun)
+            chunk = keys[start : start + self._batch]
+            results += await writer.claim(chunk, left, self._rerun)
+            left = self._size - sum(1 for state, _ in results if state == "mine")
         # From here on nothing awaits: what was claimed is ready or set aside
         # before a cancellation can come.
         decided = dict(zip(keys, results, strict=True))
         resolved: list[tuple[Any, str, JournalEntry | None]] = []
         for key in again:
-            mine, entry = decided[key]
-            if mine:
+            state, entry = decided[key]
+            if state == "mine":
                 items = aside[key]
                 resolved.append((items.pop(0), key, None))
                 if not items:
                     del aside[key]  # the copies, if any, wait for its outcome
-            elif entry is not None:
+            elif state == "found":
                 resolved += [(item, key, entry) for item in aside.pop(key)]
-        # What waited longest goes first.
         self._ready.extendleft(reversed(resolved))
-        for key, item in ask.items():
-            mine, entry = decided[key]
-            if mine:
+        running: set[str] = set()
+        later: collections.deque[tuple[Any, str]] = collections.deque()
+        for item, key in pending:
+            state, entry = decided[key]
+            if state == "mine" and key not in running:
+                running.add(key)
                 self._ready.append((item, key, None))
-                if key in copies:
-                    aside[key] = copies[key]
-            elif entry is not None:
+            elif state == "found":
                 self._ready.append((item, key, entry))
-                self._ready.extend((copy, key, entry) for copy in copies.get(key, ()))
+            elif state == "later":
+                later.append((item, key))
             else:
-                aside[key] = [item, *copies.get(key, ())]
-        if new:
+                aside.setdefault(key, []).append(item)  # held elsewhere, or a copy of one here
+        self._pending = later
+        claimed = self._size - left
+        if claimed:
             self._claimed_at = now = trio.current_time()
-            if len(new) == self._size:
-                self._round_trip = now - started
-        if not keys:
-            await trio.lowlevel.checkpoint()
+            self._round_trip = now - started
+            self._filled = left == 0
+        # Look further while most keys met were decided elsewhere.
+        elsewhere = sum(1 for state, _ in results if state in ("found", "held"))
+        if elsewhere * 2 >= len(results):
+            self._look = min(self._batch, self._look * 2)
+        else:
+            self._look = max(self._size, self._look // 2)
 
     async def _take(self, limit: int, until: float) -> list[tuple[Any, str]]:
         """Up to ``limit`` items the source has ready, with their keys.
 
         The first item is waited for: up to ``until`` (trio's clock) from a
-        memory channel, for as long as it takes from an async iterator (a
-        pull cut short could lose its item), never from a sync iterable.
+        memory channel; for as long as it takes from an async iterator (a
+        pull cut short could lose its item), unless ``until`` is in the
+        past; never from a sync iterable.
         """
         taken: list[tuple[Any, str]] = []
         key = self._key
@@ -975,22 +1030,29 @@ class _Claims:
                 await trio.lowlevel.checkpoint()
             elif self._channel is not None:
                 channel = self._channel
-                with trio.move_on_at(until):
-                    try:
-                        item = await channel.receive()
-                    except trio.EndOfChannel:
-                        self._ended = True
-                        return taken
-                    taken.append((item, _key_text(key, item)))
+                item = _NOTHING
+                try:
+                    if until == -math.inf:
+                        item = channel.receive_nowait()
+                    else:
+                        with trio.move_on_at(until):
+                            item = await channel.receive()
+                except trio.WouldBlock:
+                    pass
+                except trio.EndOfChannel:
+                    self._ended = True
+                if item is _NOTHING:
+                    return taken
+                taken.append((item, _key_text(key, item)))
                 waiting = channel.statistics()
-                if taken and waiting.open_receive_channels == 1:
+                if waiting.open_receive_channels == 1:
                     for _ in range(min(waiting.current_buffer_used, limit - 1)):
                         try:
                             item = channel.receive_nowait()
                         except (trio.WouldBlock, trio.EndOfChannel):
                             break
                         taken.append((item, _key_text(key, item)))
-            else:
+            elif until != -math.inf:
                 assert self._async is not None
                 try:
                     item = await self._async.__anext__()
@@ -1003,7 +1065,6 @@ class _Claims:
                 raise
             # The items before it go first; the error is raised in its turn.
             self._failed = exc
-            self._ended = True
         return taken
 
     async def aclose(self) -> None:
@@ -1014,6 +1075,7 @@ class _Claims:
         self._closed = True
         mine = [key for _, key, entry in self._ready if entry is None]
         self._ready.clear()
+        self._pending.clear()
         self._aside.clear()
         try:
             if mine:
@@ -1039,23 +1101,25 @@ def _claim_rows(
     journal: PostgresJournal,
     keys: list[str],
     me: str,
+    limit: int,
     rerun: bool,
 ) -> list[tuple[Any, ...]]:
-    """Run the claim statement; its rows in the order of ``keys``."""
-    rows = _retrying(
+    """Run the claim statement; its rows, in the order of ``keys``."""
+    return _retrying(
         _fetch_all, db, journal.statement("claim"),
-        {"keys": keys, "me": me, "lease": journal.lease, "rerun": rerun},
+        {"keys": keys, "me": me, "lease": journal.lease, "limit": limit, "rerun": rerun},
     )  # fmt: skip
-    order = {row[0]: row for row in rows}
-    return [order[key] for key in keys]
 
 
-def _claim_result(row: Sequence[Any]) -> tuple[bool, JournalEntry | None]:
-    """(claimed here, the outcome found): neither means another service holds the key."""
-    _, mine, *entry = row
-    if mine or entry[1] is None:
-        return bool(mine), None
-    return False, JournalEntry.from_row(entry)
+def _claim_result(row: Sequence[Any]) -> tuple[Claim, JournalEntry | None]:
+    """What a row of the claim statement says of its key, and the outcome found."""
+    _, mine, tried, free, *entry = row
+    if mine:
+        return "mine", None
+    if entry[1] is not None:
+        return "found", JournalEntry.from_row(entry)
+    # Tried and not taken: another service took it between the look and the claim.
+    return ("later" if free and not tried else "held"), None
 
 
 def _fetch(
