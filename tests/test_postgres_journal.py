@@ -59,9 +59,7 @@ async def test_outcomes_are_recorded_read_back_and_skipped_on_a_restart(postgres
     latest = journal.last_finished()
     assert latest is not None and latest.tzinfo is not None
     # No claim is left behind: every row holds an outcome.
-    assert rows(postgres_dsn, "SELECT count(*) FROM sluicegate_journal WHERE status IS NULL") == [
-        (0,)
-    ]
+    assert rows(postgres_dsn, "SELECT count(*) FROM sluicegate_journal_claims") == [(0,)]
     heard: list[ServedItem[int]] = []
 
     async def on_outcome(served: ServedItem[int]) -> None:
@@ -199,9 +197,7 @@ async def test_a_drained_service_gives_back_its_claims_at_once(postgres_dsn: str
                              signals=())  # fmt: skip
     assert report.stop_reason == "drained"
     # Keys claimed and not settled are given back, not left to their 10-minute lease.
-    assert rows(postgres_dsn, "SELECT count(*) FROM sluicegate_journal WHERE status IS NULL") == [
-        (0,)
-    ]
+    assert rows(postgres_dsn, "SELECT count(*) FROM sluicegate_journal_claims") == [(0,)]
     ran: list[int] = []
 
     async def second(n: int) -> int:
@@ -221,11 +217,11 @@ async def test_a_dead_services_claims_are_taken_after_their_lease(postgres_dsn: 
     await serve([], square, window=1, key=str, journal=postgres_dsn, signals=())
     with psycopg.connect(postgres_dsn, autocommit=True) as db:
         db.execute(
-            "INSERT INTO sluicegate_journal (key, claimed_by, lease_until) "
+            "INSERT INTO sluicegate_journal_claims (key, claimed_by, lease_until) "
             "SELECT k::text, 'dead', now() + interval '0.5 seconds' FROM generate_series(0, 4) k"
         )
         db.execute(
-            "INSERT INTO sluicegate_journal (key, claimed_by, lease_until) "
+            "INSERT INTO sluicegate_journal_claims (key, claimed_by, lease_until) "
             "SELECT k::text, 'alive', now() + interval '60 seconds' FROM generate_series(5, 6) k"
         )
     ran: list[int] = []
@@ -243,8 +239,7 @@ async def test_a_dead_services_claims_are_taken_after_their_lease(postgres_dsn: 
                              drain=drain, signals=())  # fmt: skip
     assert sorted(ran) == [n for n in range(20) if n not in (5, 6)]
     assert report.ok == 18
-    left = rows(postgres_dsn, "SELECT key, claimed_by FROM sluicegate_journal "
-                "WHERE status IS NULL ORDER BY key")  # fmt: skip
+    left = rows(postgres_dsn, "SELECT key, claimed_by FROM sluicegate_journal_claims ORDER BY key")
     assert left == [("5", "alive"), ("6", "alive")]
 
 

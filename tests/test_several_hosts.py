@@ -82,7 +82,7 @@ def held_by(dsn: str, pid: int) -> set[str]:
     """The keys a host (by its process ID) holds claimed with no outcome, as the server says."""
     with psycopg.connect(dsn, autocommit=True) as db:
         found = db.execute(
-            "SELECT key FROM sluicegate_journal WHERE status IS NULL AND claimed_by LIKE %s",
+            "SELECT key FROM sluicegate_journal_claims WHERE claimed_by LIKE %s",
             [f"%-{pid}-%"],
         ).fetchall()
     return {key for (key,) in found}

@@ -50,7 +50,7 @@ import trio
 from .._checks import check_count, check_seconds
 from .._util import CLOSE_TIMEOUT, close_source, logger
 from ..sources._address import shown
-from ._rows import ErrorRow, JournalEntry, JournalError, OkRow, loaded_key
+from ._rows import ErrorRow, JournalEntry, JournalError, OkRow
 from ._writer import Batch, Durable
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ _FORMAT = 1
 _CONNECT_TIMEOUT = 10  # seconds before a connection that does not come is an error
 _GROUP_ROWS = 256  # rows that make a commit due when nobody waits for one
 _GROUP_S = 0.02  # how long rows nobody waits for may stay uncommitted
+_BACKLOG = 4096  # uncommitted rows, at least, before whoever adds one waits for its commit
 _LAST_COMMIT_S = 1.0  # how long a cancelled service tries to commit what finished
 _RECHECK_S = 0.25  # the most a key set aside waits before it is looked at again
 _MOST_SET_ASIDE = 4096  # keys set aside (held elsewhere) before the admission stops pulling
@@ -77,113 +78,162 @@ _FOUND_KEPT = 4096  # outcomes found by claims, kept for the lookups that follow
 _RENEW_CHUNK = 1024  # keys per renewing statement
 _RETRIES = 5  # tries of a statement PostgreSQL aborted to break a deadlock
 
+# The outcomes, one row per finished item, as in the SQLite journal; and
+# the claims, in a table of their own, UNLOGGED: a claim costs no WAL and no
+# wait for the disk, and a server crash that empties the table lets the
+# keys in flight run again (at-least-once, as after a lost lease).
 _SCHEMA = """\
 CREATE TABLE IF NOT EXISTS {table} (
     key           text PRIMARY KEY,
-    status        text CHECK (status IN ('ok', 'error')),
-    attempts      integer,
+    status        text NOT NULL CHECK (status IN ('ok', 'error')),
+    attempts      integer NOT NULL,
     error_type    text,
     error_message text,
     traceback     text,
     value         text,
-    value_format  text CHECK (value_format IN ('json', 'repr')),
-    started       double precision,
-    finished      double precision,
-    claimed_by    text,
-    lease_until   timestamptz
+    value_format  text NOT NULL CHECK (value_format IN ('json', 'repr')),
+    started       double precision NOT NULL,
+    finished      double precision NOT NULL
 );
-CREATE INDEX IF NOT EXISTS {errors} ON {table} (finished) WHERE status = 'error'
-"""
+CREATE INDEX IF NOT EXISTS {errors} ON {table} (finished) WHERE status = 'error';
+CREATE UNLOGGED TABLE IF NOT EXISTS {claims} (
+    key           text PRIMARY KEY,
+    claimed_by    text NOT NULL,
+    lease_until   timestamptz NOT NULL
+) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000)"""
 _COLUMNS = (
     "key, status, attempts, error_type, error_message, traceback, value, value_format,"
     " started, finished"
 )
 
 # One statement looks up a batch of keys and claims up to a limit of them.
-# A key is free when it has no row, or its claim is released or expired (a
-# dead service's) and it has no outcome (or an error, when errors run
-# again); the first free ones in the caller's order, up to the limit, are
-# claimed (inserted, or taken over), in key order so that two services lock
-# rows alike. For every key the row as it was says what it is: an outcome
-# (skipped), another claim (set aside), free but past the limit (asked
-# again later). A key tried and not taken lost a race to another service.
+# A key is free when it has no outcome (or an error, when errors run again)
+# and no claim whose lease runs (a dead service's is over); the first free
+# ones in the caller's order, up to the limit, are claimed, in key order so
+# that two services lock rows alike. For every key, what the tables held
+# says what it is: an outcome (skipped), another claim (set aside), free but
+# past the limit (asked again later). A key tried and not taken lost a race.
 _CLAIM = """\
 WITH wanted AS (
-    SELECT k, n FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS w(k, n)
+    SELECT k, n FROM unnest(%(keys)b::text[]) WITH ORDINALITY AS w(k, n)
 ), seen AS (
     SELECT w.k, w.n, j.key AS found, j.status, j.attempts, j.error_type, j.error_message,
            j.traceback, j.value, j.value_format, j.started, j.finished,
-           j.key IS NULL OR ((j.lease_until IS NULL OR j.lease_until < now())
-                             AND (j.status IS NULL OR (%(rerun)s AND j.status = 'error')))
-               AS free
-    FROM wanted w LEFT JOIN {table} j ON j.key = w.k
+           (j.key IS NULL OR (%(rerun)s AND j.status = 'error'))
+               AND (c.key IS NULL OR c.lease_until < now()) AS free
+    FROM wanted w
+    -- Each key looked up by its index (LIMIT keeps the planner from a join that reads
+    -- the whole journal).
+    LEFT JOIN LATERAL (SELECT * FROM {table} WHERE key = w.k LIMIT 1) j ON true
+    LEFT JOIN LATERAL (SELECT * FROM {claims} WHERE key = w.k LIMIT 1) c ON true
 ), chosen AS (
     SELECT k FROM seen WHERE free ORDER BY n LIMIT %(limit)s
-), fresh AS (
-    INSERT INTO {table} (key, claimed_by, lease_until)
-    SELECT k, %(me)s, now() + make_interval(secs => %(lease)s) FROM chosen ORDER BY k
-    ON CONFLICT (key) DO NOTHING
-    RETURNING key
 ), taken AS (
-    UPDATE {table} SET claimed_by = %(me)s, lease_until = now() + make_interval(secs => %(lease)s)
-    WHERE key IN (SELECT k FROM chosen)
-      AND (lease_until IS NULL OR lease_until < now())
-      AND (status IS NULL OR (%(rerun)s AND status = 'error'))
+    INSERT INTO {claims} AS c (key, claimed_by, lease_until)
+    SELECT k, %(me)s, now() + make_interval(secs => %(lease)s) FROM chosen ORDER BY k
+    ON CONFLICT (key) DO UPDATE SET claimed_by = excluded.claimed_by,
+                                    lease_until = excluded.lease_until
+    WHERE c.lease_until < now()
     RETURNING key
 )
-SELECT s.k, f.key IS NOT NULL OR t.key IS NOT NULL, c.k IS NOT NULL, s.free,
+SELECT s.k,
+       CASE WHEN t.key IS NOT NULL THEN 'mine'
+            WHEN s.found IS NOT NULL AND NOT (%(rerun)s AND s.status = 'error') THEN 'found'
+            WHEN s.free AND c.k IS NULL THEN 'later'
+            ELSE 'held' END,
        s.found, s.status, s.attempts, s.error_type, s.error_message, s.traceback, s.value,
        s.value_format, s.started, s.finished
-FROM seen s
-LEFT JOIN chosen c ON c.k = s.k
-LEFT JOIN fresh f ON f.key = s.k
-LEFT JOIN taken t ON t.key = s.k
+FROM seen s LEFT JOIN chosen c ON c.k = s.k LEFT JOIN taken t ON t.key = s.k
 ORDER BY s.n
 """
-# Outcomes, a commit's worth in one statement; the claim is cleared with it.
-# A success is never written over (another service's, after a lost lease).
+# Sent with the claim, in the same round trip, on a fresh snapshot: a claim
+# taken on a key whose outcome another service committed while the claim's
+# snapshot was older (it claimed, ran and recorded the key meanwhile, its
+# claim gone with the outcome) is dropped, and the outcome reported.
+_CLAIMED_LATE = f"""\
+DELETE FROM {{claims}} AS c USING {{table}} AS j
+WHERE c.key = j.key AND c.key = ANY(%(keys)b::text[]) AND c.claimed_by = %(me)s
+  AND NOT (%(rerun)s AND j.status = 'error')
+RETURNING {", ".join(f"j.{name.strip()}" for name in _COLUMNS.split(","))}
+"""
+# Outcomes, a commit's worth in one statement (one transaction, one wait
+# for the disk): successes and failures each as columns, the rows in key
+# order; their claims let go with them. A success is never written over
+# (another service's, after a lost lease).
 _RECORD = """\
-INSERT INTO {table} AS j (key, status, attempts, error_type, error_message, traceback, value,
-                          value_format, started, finished)
-SELECT * FROM unnest(%s::text[], %s::text[], %s::int[], %s::text[], %s::text[], %s::text[],
-                     %s::text[], %s::text[], %s::float8[], %s::float8[])
-ON CONFLICT (key) DO UPDATE SET
-    status = excluded.status, attempts = excluded.attempts, error_type = excluded.error_type,
-    error_message = excluded.error_message, traceback = excluded.traceback,
-    value = excluded.value, value_format = excluded.value_format, started = excluded.started,
-    finished = excluded.finished, claimed_by = NULL, lease_until = NULL
-WHERE j.status IS DISTINCT FROM 'ok'
+WITH oks AS (
+    INSERT INTO {table} AS j (key, status, attempts, value, value_format, started, finished)
+    SELECT k, 'ok', a, v, f, s, e
+    FROM unnest(%(ok_keys)b::text[], %(ok_attempts)b::int[], %(ok_values)b::text[],
+                %(ok_formats)b::text[], %(ok_started)b::float8[], %(ok_finished)b::float8[])
+         AS r(k, a, v, f, s, e)
+    ORDER BY k
+    ON CONFLICT (key) DO UPDATE SET
+        status = 'ok', attempts = excluded.attempts, error_type = NULL, error_message = NULL,
+        traceback = NULL, value = excluded.value, value_format = excluded.value_format,
+        started = excluded.started, finished = excluded.finished
+    WHERE j.status <> 'ok'
+), errors AS (
+    INSERT INTO {table} AS j (key, status, attempts, error_type, error_message, traceback,
+                              value, value_format, started, finished)
+    SELECT k, 'error', a, t, m, b, 'null', 'json', s, e
+    FROM unnest(%(error_keys)b::text[], %(error_attempts)b::int[], %(error_types)b::text[],
+                %(error_messages)b::text[], %(error_traces)b::text[],
+                %(error_started)b::float8[], %(error_finished)b::float8[])
+         AS r(k, a, t, m, b, s, e)
+    ORDER BY k
+    ON CONFLICT (key) DO UPDATE SET
+        status = 'error', attempts = excluded.attempts, error_type = excluded.error_type,
+        error_message = excluded.error_message, traceback = excluded.traceback,
+        value = 'null', value_format = 'json', started = excluded.started,
+        finished = excluded.finished
+    WHERE j.status <> 'ok'
+)
+DELETE FROM {claims}
+WHERE key = ANY(%(ok_keys)b::text[] || %(error_keys)b::text[]) AND claimed_by = %(me)s
 """
 _RENEW = """\
-UPDATE {table} SET lease_until = now() + make_interval(secs => %(lease)s)
-WHERE key = ANY(%(keys)s::text[]) AND claimed_by = %(me)s
+UPDATE {claims} SET lease_until = now() + make_interval(secs => %(lease)s)
+WHERE key = ANY(%(keys)b::text[]) AND claimed_by = %(me)s
 RETURNING key
 """
-# A claim with no outcome goes; an error claimed to run again keeps its row.
-_RELEASE = """\
-WITH gone AS (
-    DELETE FROM {table} WHERE key = ANY(%(keys)s::text[]) AND claimed_by = %(me)s
-        AND status IS NULL
-)
-UPDATE {table} SET claimed_by = NULL, lease_until = NULL
-WHERE key = ANY(%(keys)s::text[]) AND claimed_by = %(me)s AND status IS NOT NULL
-"""
-_LOOKUP = f"SELECT {_COLUMNS} FROM {{table}} WHERE key = %s AND status IS NOT NULL"
-_COUNTS = "SELECT status, count(*) FROM {table} WHERE status IS NOT NULL GROUP BY status"
+_RELEASE = "DELETE FROM {claims} WHERE key = ANY(%(keys)b::text[]) AND claimed_by = %(me)s"
+_LOOKUP = f"SELECT {_COLUMNS} FROM {{table}} WHERE key = %s"
+_COUNTS = "SELECT status, count(*) FROM {table} GROUP BY status"
 _ERRORS = f"SELECT {_COLUMNS} FROM {{table}} WHERE status = 'error' ORDER BY finished DESC"
-_LAST = "SELECT max(finished) FROM {table} WHERE status IS NOT NULL"
-# A stretch of old outcomes (or of claims whose lease ended before the date).
+_LAST = "SELECT max(finished) FROM {table}"
+# A stretch of old outcomes; and claims whose lease ended before the date.
 _TRIM = """\
 DELETE FROM {table} WHERE key IN (
     SELECT key FROM {table}
-    WHERE (finished < %(before)s AND status = ANY(%(statuses)s::text[]))
-       OR (status IS NULL AND lease_until < to_timestamp(%(before)s))
+    WHERE finished < %(before)s AND status = ANY(%(statuses)b::text[])
     LIMIT %(stretch)s
 )
-RETURNING status
 """
+_TRIM_CLAIMS = "DELETE FROM {claims} WHERE lease_until < to_timestamp(%(before)s)"
+_BY_INDEX = "SET enable_seqscan = off"
 _TRIM_STRETCH = 5000  # rows a trim deletes per statement (each its own transaction)
 _NOTHING: Any = object()  # no item came
+
+
+# The columns of an OkRow and of an ErrorRow (see _rows.py), as the record statement names them.
+_OK_COLUMNS = ("ok_keys", "ok_attempts", "ok_values", "ok_formats", "ok_started", "ok_finished")
+_ERROR_COLUMNS = (
+    "error_keys", "error_attempts", "error_types", "error_messages", "error_traces",
+    "error_started", "error_finished",
+)  # fmt: skip
+
+
+def _names(parts: tuple[str, ...]) -> dict[str, Any]:
+    """The identifiers the statements name: the table, its claims' table, its index."""
+    from psycopg import sql
+
+    *schema, name = parts
+    return {
+        "table": sql.Identifier(*parts),
+        "claims": sql.Identifier(*schema, f"{name}_claims"),
+        "errors": sql.Identifier(f"{name}_errors"),
+    }
 
 
 def is_postgres_url(value: object) -> bool:
@@ -254,7 +304,7 @@ class PostgresJournal:
     __slots__ = ("_statements", "batch", "dsn", "lease", "table")
 
     def __init__(
-        self, dsn: str, *, table: str = "sluicegate_journal", lease: float = 30.0, batch: int = 256
+        self, dsn: str, *, table: str = "sluicegate_journal", lease: float = 30.0, batch: int = 1024
     ) -> None:
         if not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str (postgresql://host/db), not {dsn!r}")
@@ -277,19 +327,16 @@ class PostgresJournal:
         self.table: str = table
         self.lease: float = lease
         self.batch: int = batch
-        name = sql.Identifier(*parts)
+        names = _names(parts)
         self._statements: dict[str, sql.Composed] = {
-            "schema": sql.SQL(_SCHEMA).format(
-                table=name, errors=sql.Identifier(f"{parts[-1]}_errors")
-            ),
-            **{
-                what: sql.SQL(text).format(table=name)
-                for what, text in (
-                    ("claim", _CLAIM), ("record", _RECORD), ("renew", _RENEW),
-                    ("release", _RELEASE), ("lookup", _LOOKUP), ("counts", _COUNTS),
-                    ("errors", _ERRORS), ("last", _LAST), ("trim", _TRIM),
-                )
-            },
+            what: sql.SQL(text).format(**names)
+            for what, text in (
+                ("schema", _SCHEMA), ("claim", _CLAIM), ("claimed late", _CLAIMED_LATE),
+                ("record", _RECORD),
+                ("renew", _RENEW), ("release", _RELEASE), ("lookup", _LOOKUP),
+                ("counts", _COUNTS), ("errors", _ERRORS), ("last", _LAST), ("trim", _TRIM),
+                ("trim claims", _TRIM_CLAIMS),
+            )
         }  # fmt: skip
 
     @property
@@ -306,14 +353,13 @@ class PostgresJournal:
 
     @staticmethod
     def schema_sql(table: str = "sluicegate_journal") -> str:
-        """The SQL that creates the journal's ``table`` (what a service runs when it is missing)."""
+        """The SQL that creates the journal's tables (what a service runs when they are missing).
+
+        ``table`` holds the outcomes; ``table_claims`` (UNLOGGED) the claims.
+        """
         from psycopg import sql
 
-        parts = _table_parts(table)
-        schema = sql.SQL(_SCHEMA).format(
-            table=sql.Identifier(*parts), errors=sql.Identifier(f"{parts[-1]}_errors")
-        )
-        return schema.as_string(None) + ";\n"
+        return sql.SQL(_SCHEMA).format(**_names(_table_parts(table))).as_string(None) + ";\n"
 
     # -- connections -----------------------------------------------------------------
 
@@ -442,14 +488,15 @@ class PostgresJournal:
         statuses = ["ok", "error"] if errors else ["ok"]
         forgotten = 0
         with self._reading() as db:
+            db.execute(self._statements["trim claims"], {"before": before.timestamp()})
             while True:
-                rows = db.execute(
+                gone = db.execute(
                     self._statements["trim"],
                     {"before": before.timestamp(), "statuses": statuses,
                      "stretch": _TRIM_STRETCH},
-                ).fetchall()  # fmt: skip
-                forgotten += sum(1 for (status,) in rows if status is not None)
-                if len(rows) < _TRIM_STRETCH:
+                ).rowcount  # fmt: skip
+                forgotten += gone
+                if gone < _TRIM_STRETCH:
                     return forgotten
 
     # -- serving ---------------------------------------------------------------------
@@ -472,6 +519,11 @@ class PostgresJournal:
                 opened.append(self.connect())
             claiming, committing, reading = opened
             self._create(committing)
+            for db in opened:
+                # Every statement a service sends looks keys up by index; a
+                # plan that reads a whole table (the journal grows without
+                # end, the claims are churned) would grow with it.
+                db.execute(_BY_INDEX)
             # A claim need not wait for the disk: a server crash that forgot
             # one lets another service run the key too (at-least-once, as
             # after a lost lease). Outcomes wait for it: they are the record.
@@ -520,7 +572,9 @@ class PostgresWriter:
         self._reading = reading
         self._lease = journal.lease
         self._batch = journal.batch
-        self._backlog = backlog
+        # A commit is a round trip (and a wait for the server's disk): rows
+        # keep coming meanwhile, so more of them may wait than in SQLite.
+        self._backlog = max(backlog, _BACKLOG)
         self._on_durable = on_durable
         self._claim_lock = trio.Lock()
         self._commit_lock = trio.Lock()
@@ -549,6 +603,9 @@ class PostgresWriter:
         # Outcomes the claims found, newest last, for the lookups that follow:
         # added by _Claims as it hands an item out; the oldest go past _FOUND_KEPT.
         self._found: collections.OrderedDict[str, JournalEntry] = collections.OrderedDict()
+        # The writer task's nursery while it runs, where the admission's next
+        # claim goes out ahead of need (_Claims). Written by run() alone.
+        self.nursery: trio.Nursery | None = None
         # Counters, each written only where its event happens.
         self.claimed = 0
         self.lost = 0
@@ -586,8 +643,7 @@ class PostgresWriter:
 
     def _claim_now(self, key: str) -> JournalEntry | None:
         """Claim ``key`` on the trio thread (a rare path); its outcome if it has one."""
-        (row,) = _claim_rows(self._reading, self.journal, [key], self.consumer, 1, False)
-        state, entry = _claim_result(row)
+        ((state, entry),) = _claim_rows(self._reading, self.journal, [key], self.consumer, 1, False)
         if state == "mine":
             self.held[key] = None
             self.claimed += 1
@@ -634,11 +690,10 @@ class PostgresWriter:
         ``"held"`` (by another service) or ``"later"`` (free, past the limit).
         """
         async with self._claim_lock:
-            rows = await _in_thread(
+            results = await _in_thread(
                 _claim_rows, self._claiming, self.journal, keys, self.consumer, limit,
                 rerun_errors,
             )  # fmt: skip
-        results = [_claim_result(row) for row in rows]
         for key, (state, _) in zip(keys, results, strict=True):
             if state == "mine":
                 self.held[key] = None
@@ -731,6 +786,7 @@ class PostgresWriter:
         """
         try:
             async with trio.open_nursery() as nursery:
+                self.nursery = nursery
                 nursery.start_soon(self._renew_forever)
                 while True:
                     if not self._queued:
@@ -743,6 +799,7 @@ class PostgresWriter:
                     self._wake = trio.Event()
                     await self._flush()
         finally:
+            self.nursery = None
             if (self._queued or self._stranded) and not self._broken:
                 with trio.move_on_after(_LAST_COMMIT_S) as last:
                     last.shield = True
@@ -781,21 +838,34 @@ class PostgresWriter:
             batch.done.set()
 
     def _record(self, batches: list[Batch]) -> list[str]:
-        """Commit ``batches``' rows in one statement (a success wins over an error); their keys."""
-        rows: dict[str, tuple[Any, ...]] = {}
-        for batch in batches:
-            for stored, attempts, kind, message, trace, started, finished in batch.errors:
-                key = loaded_key(stored)
-                if key not in rows or rows[key][1] != "ok":
-                    rows[key] = (key, "error", attempts, kind, _text(message), _text(trace),
-                                 "null", "json", started, finished)  # fmt: skip
-            for stored, attempts, value, form, started, finished in batch.oks:
-                key = loaded_key(stored)
-                rows[key] = (key, "ok", attempts, None, None, None, value, form, started, finished)
-        if rows:
-            columns = [list(column) for column in zip(*sorted(rows.values()), strict=True)]
-            _retrying(self._committing.execute, self.journal.statement("record"), columns)
-        return list(rows)
+        """Commit ``batches``' rows in one statement; their keys.
+
+        A key's rows are in one batch at most (a copy of a key runs once its
+        outcome is committed), but should one have two, the last success
+        wins, else the last failure: the statement writes each key once.
+        """
+        oks: list[OkRow] = [row for batch in batches for row in batch.oks]
+        errors: list[ErrorRow] = [row for batch in batches for row in batch.errors]
+        # The keys were checked as text when claimed (never bytes: stored_key()).
+        keys: list[Any] = [row[0] for row in oks] + [row[0] for row in errors]
+        if len(set(keys)) < len(keys):
+            last_ok = {row[0]: row for row in oks}
+            oks = list(last_ok.values())
+            errors = list({row[0]: row for row in errors if row[0] not in last_ok}.values())
+            keys = [row[0] for row in oks] + [row[0] for row in errors]
+        params: dict[str, Any] = {"me": self.consumer}
+        params.update(zip(_OK_COLUMNS, map(list, zip(*oks, strict=True)), strict=True))
+        if not oks:
+            params.update((name, []) for name in _OK_COLUMNS)
+        if errors:
+            params.update(zip(_ERROR_COLUMNS, map(list, zip(*errors, strict=True)), strict=True))
+            params["error_messages"] = list(map(_text, params["error_messages"]))
+            params["error_traces"] = list(map(_text, params["error_traces"]))
+        else:
+            params.update((name, []) for name in _ERROR_COLUMNS)
+        if keys:
+            _retrying(self._committing.execute, self.journal.statement("record"), params)
+        return keys
 
     async def aclose(self) -> None:
         """Release the claims still held (their items did not settle here), close the connections.
@@ -891,6 +961,9 @@ class _Claims:
         self._round_trip = 0.0
         self._claimed_at: float | None = None
         self._filled = False
+        # Set once the claim going out ahead of need (in the writer's
+        # nursery) is back; None when none is out. Written by _claim_ahead.
+        self._ahead: trio.Event | None = None
         self._closed = False
 
     def __aiter__(self) -> _Claims:
@@ -898,17 +971,50 @@ class _Claims:
 
     async def __anext__(self) -> Any:
         while True:
-            if self._ready:
-                item, key, entry = self._ready.popleft()
+            ready = self._ready
+            if ready:
+                item, key, entry = ready.popleft()
                 self._writer.found(key, entry)
                 self._handed.append((item, key))
+                if len(ready) <= self._size and self._ahead is None:
+                    self._claim_ahead()
                 return item
+            if self._ahead is not None:
+                await self._ahead.wait()
+                continue
             if self._failed is not None and not self._pending:
                 failed, self._failed = self._failed, None
                 raise failed
             if self._closed or (self._ended and not self._aside and not self._pending):
                 raise StopAsyncIteration
-            await self._claim_more()
+            await self._claim_more(wait=True)
+
+    def _claim_ahead(self) -> None:
+        """Send the next claim now, in the background, if the source has items ready for it.
+
+        So the window rarely waits for a round trip: what is left decided
+        covers the claim's. Only what a sync iterable or a channel's buffer
+        holds is read for it, and its error waits for its turn.
+        """
+        nursery = self._writer.nursery
+        if nursery is None or self._closed or self._failed is not None:
+            return
+        if self._async is not None and not self._pending:
+            return  # nothing to ask without reading ahead of an async iterator
+        if self._ended and not self._pending and not self._aside:
+            return
+        done = self._ahead = trio.Event()
+
+        async def claim() -> None:
+            try:
+                await self._claim_more(wait=False)
+            except Exception as exc:
+                self._failed = exc  # raised by __anext__ in its turn
+            finally:
+                self._ahead = None
+                done.set()
+
+        nursery.start_soon(claim)
 
     def key_of(self, item: Any) -> str:
         """The key of an item just handed out, as its claim asked it."""
@@ -931,8 +1037,12 @@ class _Claims:
                 self._size = max(1, self._size // 2)
         self._look = max(self._look, self._size)
 
-    async def _claim_more(self) -> None:
-        """One round trip: the next keys (and those set aside, when due); or wait for them."""
+    async def _claim_more(self, *, wait: bool) -> None:
+        """One round trip: the next keys (and those set aside, when due); or wait for them.
+
+        With ``wait`` false (a claim ahead of need), only what the source has
+        ready is read, and nothing waits for keys set aside to be due.
+        """
         writer = self._writer
         aside = self._aside
         pending = self._pending
@@ -942,7 +1052,10 @@ class _Claims:
         room = self._look - len(pending)
         if not self._ended and self._failed is None and room > 0 and len(aside) < _MOST_SET_ASIDE:
             # With something to ask already, only what the source has ready.
-            until = -math.inf if pending or due else (self._look_again_at if aside else math.inf)
+            if pending or due or not wait:
+                until = -math.inf
+            else:
+                until = self._look_again_at if aside else math.inf
             for item, key in await self._take(room, until):
                 if key in aside:
                     aside[key].append(item)
@@ -950,7 +1063,7 @@ class _Claims:
                     aside[key] = [item]  # a copy of a key that runs here: after its outcome
                 else:
                     pending.append((item, key))
-        elif not pending and aside and not due:
+        elif wait and not pending and aside and not due:
             await trio.sleep_until(self._look_again_at)
         now = trio.current_time()
         again: list[str] = []
@@ -1103,23 +1216,25 @@ def _claim_rows(
     me: str,
     limit: int,
     rerun: bool,
-) -> list[tuple[Any, ...]]:
-    """Run the claim statement; its rows, in the order of ``keys``."""
-    return _retrying(
-        _fetch_all, db, journal.statement("claim"),
-        {"keys": keys, "me": me, "lease": journal.lease, "limit": limit, "rerun": rerun},
-    )  # fmt: skip
+) -> list[tuple[Claim, JournalEntry | None]]:
+    """Run the claim statement and its check in one round trip; what each key is, in order."""
+    params = {"keys": keys, "me": me, "lease": journal.lease, "limit": limit, "rerun": rerun}
 
+    def both() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        with db.pipeline():
+            claimed = db.execute(journal.statement("claim"), params)
+            late = db.execute(journal.statement("claimed late"), params)
+        return claimed.fetchall(), late.fetchall()
 
-def _claim_result(row: Sequence[Any]) -> tuple[Claim, JournalEntry | None]:
-    """What a row of the claim statement says of its key, and the outcome found."""
-    _, mine, tried, free, *entry = row
-    if mine:
-        return "mine", None
-    if entry[1] is not None:
-        return "found", JournalEntry.from_row(entry)
-    # Tried and not taken: another service took it between the look and the claim.
-    return ("later" if free and not tried else "held"), None
+    rows, late = _retrying(both)
+    found = {row[0]: JournalEntry.from_row(row) for row in late}
+    results: list[tuple[Claim, JournalEntry | None]] = []
+    for key, state, *entry in rows:
+        if key in found:
+            results.append(("found", found[key]))
+        else:
+            results.append((state, JournalEntry.from_row(entry) if state == "found" else None))
+    return results
 
 
 def _fetch(
