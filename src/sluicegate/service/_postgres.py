@@ -1086,6 +1086,9 @@ class _Claims:
         # before a cancellation can come.
         decided = dict(zip(keys, results, strict=True))
         resolved: list[tuple[Any, str, JournalEntry | None]] = []
+        # Free now, past the limit: asked first at the next claim, not after
+        # the next look's interval (a dead service's keys come back together).
+        later: collections.deque[tuple[Any, str]] = collections.deque()
         for key in again:
             state, entry = decided[key]
             if state == "mine":
@@ -1095,9 +1098,10 @@ class _Claims:
                     del aside[key]  # the copies, if any, wait for its outcome
             elif state == "found":
                 resolved += [(item, key, entry) for item in aside.pop(key)]
+            elif state == "later":
+                later.extend((item, key) for item in aside.pop(key))
         self._ready.extendleft(reversed(resolved))
         running: set[str] = set()
-        later: collections.deque[tuple[Any, str]] = collections.deque()
         for item, key in pending:
             state, entry = decided[key]
             if state == "mine" and key not in running:
