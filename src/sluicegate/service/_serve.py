@@ -342,6 +342,8 @@ class _Admission(Generic[T]):
             return _Tickets(service, items, key, skips=True), service.serve_one
         if isinstance(source, SampleSource) and _GaveUpOn.fits(source):
             source, per_item = _GaveUpOn(source), service.serve_one
+        elif source is service.feed:
+            per_item = service.serve_one  # acknowledged in durable(): its value is not needed
         else:
             per_item = service.serve_value
         items, bound = source.bind_run(per_item, admitting=admitting, drained=drained)
