@@ -61,7 +61,7 @@ def docs(session: nox.Session) -> None:
     )
 
 
-BENCHES = ("run", "service", "queues", "trace", "dask", "imports", "kit", "aio", "report")
+BENCHES = ("run", "service", "queues", "hosts", "trace", "dask", "imports", "kit", "aio", "report")
 
 
 @nox.session
@@ -73,7 +73,7 @@ def bench(session: nox.Session) -> None:
     bench takes ``--quick`` (tests/test_documented_commands.py holds them to it).
     """
     # test: bench/trace.py writes the report's run with the tests' own writer;
-    # redis, postgres: the clients bench/queues.py drives.
+    # redis, postgres: the clients bench/queues.py and bench/hosts.py drive.
     session.install("-e", ".[bench,dask,test,redis,postgres]")
     names, args = list(BENCHES), list(session.posargs)
     if args and args[0] in BENCHES:

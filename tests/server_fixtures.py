@@ -29,6 +29,10 @@ from servers import (
 
 _databases = itertools.count(1)
 
+# The environment variables a docs block or an example reads a server's
+# address from, as a program would, and the fixture that gives one.
+SERVER_VARIABLES = {"REDIS_URL": "redis_url", "DATABASE_URL": "postgres_dsn"}
+
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:

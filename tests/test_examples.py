@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from repo_helpers import ignored
+from server_fixtures import SERVER_VARIABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(
@@ -25,8 +26,16 @@ def test_there_are_examples() -> None:
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_example_runs(example: Path, tmp_path: Path) -> None:
+def test_example_runs(example: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    # An example that needs a server reads its address from the environment,
+    # as a program would: the fixture of that name gives it one of the test servers.
+    text = example.read_text(encoding="utf-8")
     env = dict(os.environ)
+    env.update(
+        (name, request.getfixturevalue(fixture))
+        for name, fixture in SERVER_VARIABLES.items()
+        if name in text
+    )
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     done = subprocess.run(
         [sys.executable, str(example)],
