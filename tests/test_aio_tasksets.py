@@ -140,11 +140,11 @@ def test_the_same_views_on_trio_read_a_trio_feed_in_trio() -> None:
     class TrioFeed(Taskset[int]):
         async def stream(self) -> AsyncIterator[int]:
             for n in range(10):
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
                 yield n
 
     async def run(n: int) -> int:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return n
 
     async def main() -> list[int]:

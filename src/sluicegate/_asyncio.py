@@ -862,8 +862,24 @@ def awaiting_on_asyncio(
     return call
 
 
-async def _result_of(task: asyncio.Task[R]) -> R:
-    return await task
+async def _ended(task: asyncio.Task[R], what: str) -> R:
+    """Wait, from trio, for an asyncio task already started; what it returned, or raised.
+
+    A trio cancellation cancels it and waits for it as :func:`on_asyncio`
+    does (no longer than :data:`CANCEL_GRACE`).
+    """
+    if not task.done():
+        waiting = _Waiting(_local.guest, what)
+        waiting.task = task
+        task.add_done_callback(waiting.done)
+        await trio.lowlevel.wait_task_rescheduled(waiting.abort)
+        try:
+            return task.result()
+        except _asyncio().CancelledError:
+            if waiting.cut is not None:
+                waiting.cut()  # trio's Cancelled: trio asked for this one
+            raise
+    return task.result()
 
 
 class AsyncioContext(Generic[T]):
@@ -873,9 +889,12 @@ class AsyncioContext(Generic[T]):
     so that asyncio code bound to its task (a ``TaskGroup``, an
     ``asyncio.timeout`` across the ``yield`` of an ``asynccontextmanager``)
     sees one task throughout. The block's exception reaches ``__aexit__``
-    as it was raised; what ``__aexit__`` raises or returns is the trio
-    block's. Cancelling the trio task while it enters or leaves cancels the
-    holding task, as :func:`on_asyncio` cancels any call.
+    as it was raised, trio's ``Cancelled`` as asyncio's ``CancelledError``;
+    what ``__aexit__`` raises or returns is the trio block's. Cancelling the
+    trio task while it enters or leaves cancels the holding task, as
+    :func:`on_asyncio` cancels any call: a block left while cancelled
+    leaves the manager with a ``CancelledError``, as trio code would get
+    ``Cancelled`` at its first checkpoint.
 
     Args:
         make: Makes the asyncio async context manager; called in the
@@ -900,9 +919,17 @@ class AsyncioContext(Generic[T]):
         self._entered: asyncio.Future[T] = loop.create_future()
 
     async def _hold(self) -> bool | None:
+        asyncio = _asyncio()
         manager = self._make()
         self._entered.set_result(await manager.__aenter__())
-        exc = await self._leave
+        exc: BaseException | None
+        try:
+            exc = await self._leave
+        except asyncio.CancelledError as cancelled:
+            exc = cancelled  # the trio side was cancelled as it left
+        else:
+            if isinstance(exc, trio.Cancelled):
+                exc = asyncio.CancelledError()  # asyncio's word for it
         if exc is None:
             return await manager.__aexit__(None, None, None)
         return await manager.__aexit__(type(exc), exc, exc.__traceback__)
@@ -933,7 +960,12 @@ class AsyncioContext(Generic[T]):
         task = self._task
         assert task is not None
         self._leave.set_result(exc)
-        return bool(await on_asyncio(_result_of, self._loop, self._what)(task))
+        try:
+            return bool(await _ended(task, self._what))
+        except _asyncio().CancelledError:
+            if isinstance(exc, trio.Cancelled):
+                return False  # the manager let the block's cancellation through
+            raise
 
 
 # -- signals ----------------------------------------------------------------------------------

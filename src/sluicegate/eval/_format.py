@@ -223,7 +223,14 @@ def read_run_record(directory: Path) -> RunRecord:
     except FileNotFoundError:
         raise UsageError(f"--resume: {path} does not exist") from None
     except (ValueError, cattrs.BaseValidationError) as exc:
-        raise UsageError(f"--resume: {path} is not a run record: {exc}") from None
+        raise UsageError(f"--resume: {path} is not a run record: {_first_cause(exc)}") from None
+
+
+def _first_cause(exc: BaseException) -> BaseException:
+    """The first error a cattrs validation error holds: what a field's own check said."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 # --------------------------------------------------------- tolerant readers
