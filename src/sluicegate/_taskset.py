@@ -33,7 +33,7 @@ import attrs
 import trio
 
 from ._asyncio import bridged, mark_trio_code
-from ._checks import check_count, check_text
+from ._checks import check_callable, check_count, check_text
 from ._take import take
 from ._util import ChannelSource, close_after, close_source, pace
 
@@ -249,8 +249,7 @@ class Taskset(Generic[T_co]):
         Raises:
             TypeError: ``fn`` is not callable.
         """
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, not {fn!r}")
+        check_callable(fn, "fn")
         return _Map(self, fn, f"map({getattr(fn, '__qualname__', fn)!r})")
 
     def with_system_prompt(self: Taskset[Task], text: str) -> Taskset[Task]:
