@@ -1015,12 +1015,18 @@ def _loop_signals(
             )
     token = trio.lowlevel.current_trio_token()
     send, receive = trio.open_memory_channel[int](float("inf"))
+
+    def deliver(signum: int) -> None:
+        # A signal handed over just before the block was left finds it closed.
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            send.send_nowait(signum)
+
     previous: dict[signal.Signals, Any] = {}
     try:
         for sig in wanted:
             previous[sig] = signal.getsignal(sig)
             # The loop calls this outside trio's ticks: hand it to trio.
-            loop.add_signal_handler(sig, token.run_sync_soon, send.send_nowait, int(sig))
+            loop.add_signal_handler(sig, token.run_sync_soon, deliver, int(sig))
         yield receive
     finally:
         for sig, handler in previous.items():

@@ -7,6 +7,13 @@ and ``ordered=False``, each slot run by :class:`._rollout.Rollouts`), the
 log (:mod:`._log`) and the report (:mod:`._verdict`). Each step is handed
 what it needs once. Rows are written the moment their rollout finishes, so
 a slow disk holds back new rollouts rather than piling rows up in memory.
+
+:func:`prepare` does everything that happens before anything runs (every
+check, the environment resolved, the loop its code runs on chosen), and
+:func:`evaluated` runs it in trio. ``sluicegate eval`` (:func:`run_command`)
+needs the loop before it starts one: ``trio.run``, or ``asyncio.run``
+hosting the same trio evaluation for an environment of asyncio code, whose
+parts then run on asyncio (:func:`._target.on_loop`).
 """
 
 from __future__ import annotations
@@ -196,11 +203,14 @@ class Front:
             ``loop``, else (on a resume) the recorded one, else trio.
         name: Who asked, as a refusal names it (``"--loop trio"``).
         fix: What to do instead when the environment says otherwise.
+        flag: Whether ``name`` is a flag of the command line, which a
+            refusal then starts with.
     """
 
     loop: str | None
     name: str
     fix: str
+    flag: bool = False
 
     @classmethod
     def here(cls) -> Front:
@@ -224,7 +234,7 @@ class Front:
         """
         if loop is None:
             return cls(None, "sluicegate eval", "")
-        return cls(check_loop(loop), f"--loop {loop}", "leave --loop out")
+        return cls(check_loop(loop), f"--loop {loop}", "leave --loop out", flag=True)
 
     def choose(self, parts: Parts, recorded: str | None) -> str:
         """The loop the environment's code runs on.
@@ -236,7 +246,7 @@ class Front:
         if self.loop is None:
             return said or recorded or "trio"
         if said is not None and said != self.loop:
-            if self.name.startswith("--loop"):
+            if self.flag:
                 raise UsageError(
                     f"{self.name}: {parts.name} runs on {said} (its loop = {said!r}); {self.fix}"
                 )
@@ -294,8 +304,9 @@ def _setup(
         )
     parts = environment(env, checked)
     if resume and earlier is None:
+        assert output_dir is not None  # _Session checked it
         with contextlib.suppress(UsageError):  # said below, where it is read again
-            earlier = read_run_record(output_dir)  # type: ignore[arg-type]
+            earlier = read_run_record(output_dir)
     loop = front.choose(parts, None if earlier is None else earlier.config.loop)
     output = output_dir if output_dir is not None else _default_output(parts.name)
     config = attrs.evolve(
