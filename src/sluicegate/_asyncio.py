@@ -20,6 +20,17 @@ the trio task that awaits it and waking that task when it is done.
   cancellation cancels the task and waits for it, but no longer than
   :data:`CANCEL_GRACE`: a task that ignores its cancellation is logged and
   left running, not waited for forever.
+* :func:`user_loop` says whether the user's code runs on asyncio here: in
+  asyncio code, and in trio code hosted for it (an evaluation hosted by
+  :func:`hosting_user_code`). :func:`bridged` then reads a user's async
+  iterable on asyncio, unless it is trio code of sluicegate's own
+  (:func:`mark_trio_code`): a live taskset's views and ``take()`` wrap the
+  user's feed in trio code, and only the feed itself runs on asyncio.
+* :class:`AsyncioContext` holds an asyncio async context manager open for a
+  trio block, in one asyncio task from its enter to its exit.
+* :func:`open_signal_receiver` is trio's, or, in a guest run hosted here,
+  the same through the loop's own ``add_signal_handler`` (the guest run
+  leaves the wakeup fd to asyncio).
 * :func:`refuse_outside_trio` and :func:`note_asyncio_on_trio` are the trio
   front's two checks: the first refuses a stream started with no trio run
   (``asyncio.run(sluicegate.run_stream(...))``), the second names the
@@ -38,34 +49,46 @@ calls nothing else of trio.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import inspect
 import os
+import signal
 import sys
 import threading
 import types
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import outcome
 import trio
 
-from ._util import in_background, logger
+from ._util import ChannelSource, in_background, logger
 
 if TYPE_CHECKING:
     import asyncio
 
 __all__ = [
     "CANCEL_GRACE",
+    "AsyncioContext",
     "AsyncioIterator",
     "FailureLatch",
     "Hosted",
+    "awaiting_on_asyncio",
+    "bridged",
     "host",
+    "hosting_user_code",
+    "is_trio_code",
     "keep_ticking",
+    "mark_trio_code",
     "note_asyncio_on_trio",
     "on_asyncio",
+    "open_signal_receiver",
     "refuse_outside_asyncio",
     "refuse_outside_trio",
     "start_hosted",
+    "user_loop",
 ]
 
 T = TypeVar("T")
@@ -717,3 +740,300 @@ class AsyncioIterator(Generic[T]):
 
     def __repr__(self) -> str:
         return f"<{self._source!r}, read on asyncio>"
+
+
+# -- where the user's code runs -------------------------------------------------------------
+
+# The loop the user's code runs on, for trio code hosted for it (an evaluation
+# of an asyncio environment). Set by hosting_user_code() only, on the asyncio
+# side; the trio calls it hosts inherit it with the rest of the context.
+_user_code_loop: contextvars.ContextVar[asyncio.AbstractEventLoop | None] = contextvars.ContextVar(
+    "sluicegate_asyncio_user_code", default=None
+)
+
+
+def user_loop() -> asyncio.AbstractEventLoop | None:
+    """The asyncio loop the user's code runs on here, or None where it runs on trio.
+
+    That is the running loop in asyncio code (no trio task here), and the
+    loop of :func:`hosting_user_code` in trio code it hosts; None anywhere
+    else, a trio run included.
+    """
+    loop = _user_code_loop.get()
+    if loop is not None:
+        return loop
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        pass
+    else:
+        return None
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
+    try:
+        return asyncio.get_running_loop()  # type: ignore[no-any-return]
+    except RuntimeError:
+        return None
+
+
+@contextlib.contextmanager
+def hosting_user_code() -> Iterator[asyncio.AbstractEventLoop]:
+    """In this block (asyncio code), the trio calls hosted run the user's code on this loop.
+
+    :func:`user_loop` says so in them: their trio code reads the user's
+    feeds through :func:`bridged`, and bridges the user's functions.
+    """
+    loop = _asyncio().get_running_loop()
+    token = _user_code_loop.set(loop)
+    try:
+        yield loop
+    finally:
+        _user_code_loop.reset(token)
+
+
+# Classes, and the code of async generator functions, that are trio code of
+# sluicegate's own: an async iterable of them is read in trio on either front.
+# Added to by mark_trio_code() only, as the modules defining them are imported.
+_trio_kinds: tuple[type, ...] = ()
+_trio_code: set[types.CodeType] = set()
+
+
+def mark_trio_code(*kinds: type | types.CodeType) -> None:
+    """Declare classes (or an async generator function's ``__code__``) as sluicegate's trio code.
+
+    An async iterable of them is read by the dispatcher as it is, on the
+    asyncio front too: it wraps the user's feed (itself bridged) rather
+    than being the user's code.
+    """
+    global _trio_kinds
+    for kind in kinds:
+        if isinstance(kind, types.CodeType):
+            _trio_code.add(kind)
+        else:
+            _trio_kinds = (*_trio_kinds, kind)
+
+
+def is_trio_code(source: object) -> bool:
+    """Whether ``source`` is an async iterable of trio code (see :func:`mark_trio_code`)."""
+    return isinstance(source, _trio_kinds) or getattr(source, "ag_code", None) in _trio_code
+
+
+def bridged(source: AsyncIterable[T]) -> AsyncIterable[T]:
+    """``source`` as trio code reads it here: on asyncio where the user's code runs there.
+
+    Where :func:`user_loop` is a loop and ``source`` is not sluicegate's own
+    trio code, an :class:`AsyncioIterator`; otherwise ``source`` itself. The
+    trio code that pulls a user's feed (``take()``, a taskset's views, a
+    ``FeedTaskset``) reads it through this, so it runs on either front.
+    """
+    loop = user_loop()
+    if loop is None or is_trio_code(source):
+        return source
+    return AsyncioIterator(source, loop)
+
+
+# -- an asyncio context manager, held for a trio block ------------------------------------
+
+
+async def _awaited(awaitable: Awaitable[R]) -> R:
+    return await awaitable
+
+
+def awaiting_on_asyncio(
+    fn: Callable[..., Any], loop: asyncio.AbstractEventLoop, what: str
+) -> Callable[..., Any]:
+    """``fn``, plain or ``async``, as trio calls it: an awaitable it returns runs on asyncio.
+
+    Each call calls ``fn`` as it is; when it returns an awaitable (an
+    ``async def`` was called), the call returns a trio awaitable that awaits
+    it as an asyncio task (see :func:`on_asyncio`). For a callback a trio
+    caller awaits only when it returns an awaitable: an evaluation's
+    ``score``, ``serve()``'s ``on_stats``.
+    """
+    awaited = on_asyncio(_awaited, loop, what)
+
+    def call(*args: Any) -> Any:
+        value = fn(*args)
+        if inspect.isawaitable(value):
+            return awaited(value)
+        return value
+
+    return call
+
+
+async def _ended(task: asyncio.Task[R], what: str) -> R:
+    """Wait, from trio, for an asyncio task already started; what it returned, or raised.
+
+    A trio cancellation cancels it and waits for it as :func:`on_asyncio`
+    does (no longer than :data:`CANCEL_GRACE`).
+    """
+    if not task.done():
+        waiting = _Waiting(_local.guest, what)
+        waiting.task = task
+        task.add_done_callback(waiting.done)
+        await trio.lowlevel.wait_task_rescheduled(waiting.abort)
+        try:
+            return task.result()
+        except _asyncio().CancelledError:
+            if waiting.cut is not None:
+                waiting.cut()  # trio's Cancelled: trio asked for this one
+            raise
+    return task.result()
+
+
+class AsyncioContext(Generic[T]):
+    """An asyncio async context manager, as a trio block enters and leaves it.
+
+    One asyncio task holds it, from its ``__aenter__`` to its ``__aexit__``,
+    so that asyncio code bound to its task (a ``TaskGroup``, an
+    ``asyncio.timeout`` across the ``yield`` of an ``asynccontextmanager``)
+    sees one task throughout. The block's exception reaches ``__aexit__``
+    as it was raised, trio's ``Cancelled`` as asyncio's ``CancelledError``;
+    what ``__aexit__`` raises or returns is the trio block's. Cancelling the
+    trio task while it enters or leaves cancels the holding task, as
+    :func:`on_asyncio` cancels any call: a block left while cancelled
+    leaves the manager with a ``CancelledError``, as trio code would get
+    ``Cancelled`` at its first checkpoint.
+
+    Args:
+        make: Makes the asyncio async context manager; called in the
+            holding task, so that it is made in asyncio code too.
+        loop: The running loop hosting the trio run.
+        what: What it is, for the log and the notes (``"serving()"``).
+    """
+
+    def __init__(
+        self,
+        make: Callable[[], AbstractAsyncContextManager[T]],
+        loop: asyncio.AbstractEventLoop,
+        what: str,
+    ) -> None:
+        self._make = make
+        self._loop = loop
+        self._what = what
+        # The holding task, and how the block ended (None: no exception);
+        # written by _enter() and __aexit__() once each.
+        self._task: asyncio.Task[bool | None] | None = None
+        self._leave: asyncio.Future[BaseException | None] = loop.create_future()
+        self._entered: asyncio.Future[T] = loop.create_future()
+
+    async def _hold(self) -> bool | None:
+        asyncio = _asyncio()
+        manager = self._make()
+        self._entered.set_result(await manager.__aenter__())
+        exc: BaseException | None
+        try:
+            exc = await self._leave
+        except asyncio.CancelledError as cancelled:
+            exc = cancelled  # the trio side was cancelled as it left
+        else:
+            if isinstance(exc, trio.Cancelled):
+                exc = asyncio.CancelledError()  # asyncio's word for it
+        if exc is None:
+            return await manager.__aexit__(None, None, None)
+        return await manager.__aexit__(type(exc), exc, exc.__traceback__)
+
+    async def _enter(self) -> T:
+        asyncio = _asyncio()
+        self._task = task = asyncio.Task(self._hold(), loop=self._loop)
+        try:
+            await asyncio.wait((task, self._entered), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            await asyncio.wait((task,))
+            raise
+        if self._entered.done():
+            return self._entered.result()
+        task.result()  # what __aenter__ raised
+        raise AssertionError("the holding task ended before entering")  # pragma: no cover
+
+    async def __aenter__(self) -> T:
+        return await on_asyncio(self._enter, self._loop, self._what)()
+
+    async def __aexit__(
+        self,
+        etype: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: types.TracebackType | None,
+    ) -> bool:
+        task = self._task
+        assert task is not None
+        self._leave.set_result(exc)
+        try:
+            return bool(await _ended(task, self._what))
+        except _asyncio().CancelledError:
+            if isinstance(exc, trio.Cancelled):
+                return False  # the manager let the block's cancellation through
+            raise
+
+
+# -- signals ----------------------------------------------------------------------------------
+
+
+def open_signal_receiver(
+    *signals: signal.Signals | int,
+) -> contextlib.AbstractContextManager[AsyncIterator[int]]:
+    """:func:`trio.open_signal_receiver`, which in a guest run hosted here goes through asyncio.
+
+    A guest run leaves the wakeup fd to asyncio (``loop.add_signal_handler``
+    sets it), so there the signals are taken with the loop's own
+    ``add_signal_handler``: a signal wakes the loop wherever it lands, and
+    the previous handlers are back when the block is left.
+
+    Raises:
+        RuntimeError: outside the main thread, as trio's; or, in a guest run,
+            a signal this loop handles already (``loop.add_signal_handler``),
+            whose handler could not be given back.
+    """
+    guest: _Guest | None = getattr(_local, "guest", None)
+    if guest is None:
+        return trio.open_signal_receiver(*signals)
+    return _loop_signals(guest.loop, signals)
+
+
+def _asyncios_own(handler: object) -> bool:
+    # The Python-level handler asyncio installs for loop.add_signal_handler;
+    # the handler it stands for is the loop's, out of reach.
+    return getattr(handler, "__module__", None) == "asyncio.unix_events"
+
+
+@contextlib.contextmanager
+def _loop_signals(
+    loop: asyncio.AbstractEventLoop, signals: tuple[signal.Signals | int, ...]
+) -> Iterator[AsyncIterator[int]]:
+    if not signals:
+        raise TypeError("No signals were provided")
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("signals can only be received in the main thread")
+    wanted = [signal.Signals(sig) for sig in dict.fromkeys(signals)]
+    for sig in wanted:
+        if _asyncios_own(signal.getsignal(sig)):
+            raise RuntimeError(
+                f"this asyncio loop handles {sig.name} already (loop.add_signal_handler): "
+                "pass signals=() and drain from that handler (Drain.request())"
+            )
+    token = trio.lowlevel.current_trio_token()
+    send, receive = trio.open_memory_channel[int](float("inf"))
+
+    def deliver(signum: int) -> None:
+        # A signal handed over just before the block was left finds it closed.
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            send.send_nowait(signum)
+
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        for sig in wanted:
+            previous[sig] = signal.getsignal(sig)
+            # The loop calls this outside trio's ticks: hand it to trio.
+            loop.add_signal_handler(sig, token.run_sync_soon, deliver, int(sig))
+        yield receive
+    finally:
+        for sig, handler in previous.items():
+            loop.remove_signal_handler(sig)
+            # None: a handler installed from C, which Python cannot give back.
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        send.close()
+
+
+mark_trio_code(AsyncioIterator, trio.MemoryReceiveChannel, ChannelSource)

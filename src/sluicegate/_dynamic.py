@@ -21,14 +21,18 @@ from __future__ import annotations
 import collections
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import trio
 
+from ._asyncio import FailureLatch, on_asyncio
 from ._checks import check_count
 from ._util import pace
 
-__all__ = ["SampleSource", "enqueue"]
+if TYPE_CHECKING:
+    import asyncio
+
+__all__ = ["AsyncioHooks", "SampleSource", "enqueue"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -264,6 +268,69 @@ class _ItemsSource(SampleSource[T, R]):
 
     def __repr__(self) -> str:
         return f"<SampleSource.from_items seed={len(self._initial)}>"
+
+
+class AsyncioHooks(SampleSource[T, R]):
+    """A :class:`SampleSource` whose async hooks are asyncio coroutines, as trio sees it.
+
+    Each hook the source overrides (``next``, ``on_complete``,
+    ``on_abandoned``) runs as an asyncio task of ``loop``, in the context
+    of the trio task that calls it (a run's, for ``on_complete``, so that
+    ``enqueue()`` finds the stream); a hook it does not override is
+    :class:`SampleSource`'s own and runs in trio, costing no task.
+    ``initial()`` and ``admit()`` are synchronous and called as they are.
+    Must be used in the loop's trio guest run (see ``sluicegate._asyncio``).
+
+    Args:
+        source: The user's source.
+        loop: The running asyncio loop hosting the trio run.
+        latch: The stream's failure latch, if its failures end it (see
+            :class:`~sluicegate._asyncio.FailureLatch`); ``on_abandoned``,
+            heard during a drain's close-out, is never under it.
+    """
+
+    def __init__(
+        self,
+        source: SampleSource[T, R],
+        loop: asyncio.AbstractEventLoop,
+        latch: FailureLatch | None = None,
+    ) -> None:
+        # Set here, never changed.
+        self.source = source
+        kind = type(source)
+        self._next: Callable[[], Awaitable[Sequence[T] | None]] = (
+            source.next
+            if kind.next is SampleSource.next
+            else on_asyncio(source.next, loop, "the source's next", latch)
+        )
+        self._on_complete: Callable[[T, R], Awaitable[Sequence[T] | None]] = (
+            source.on_complete
+            if kind.on_complete is SampleSource.on_complete
+            else on_asyncio(source.on_complete, loop, "the source's on_complete", latch)
+        )
+        self._on_abandoned: Callable[[T], Awaitable[None]] = (
+            source.on_abandoned
+            if kind.on_abandoned is SampleSource.on_abandoned
+            else on_asyncio(source.on_abandoned, loop, "the source's on_abandoned")
+        )
+
+    def initial(self) -> Sequence[T]:
+        return self.source.initial()
+
+    async def next(self) -> Sequence[T] | None:
+        return await self._next()
+
+    async def on_complete(self, item: T, result: R) -> Sequence[T] | None:
+        return await self._on_complete(item, result)
+
+    async def on_abandoned(self, item: T) -> None:
+        await self._on_abandoned(item)
+
+    def admit(self, items: Iterable[Any], rollout: int | None) -> Iterable[T]:
+        return self.source.admit(items, rollout)
+
+    def __repr__(self) -> str:
+        return f"<{self.source!r}, hooks on asyncio>"
 
 
 class _SampleStream(Generic[T, R]):

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 import trio
 from trio.lowlevel import RunVar
 
+from ._asyncio import open_signal_receiver
 from ._runner import Drain
 
 __all__ = ["DEFAULT_SIGNALS", "check_signals", "drain_on_signals"]
@@ -86,7 +87,9 @@ class _Hub:
 
     async def listen(self) -> None:
         try:
-            with self._stop, trio.open_signal_receiver(*self.signals) as received:
+            # trio's receiver, or on a trio run hosted on asyncio, the loop's
+            # own signal handling (sluicegate._asyncio.open_signal_receiver).
+            with self._stop, open_signal_receiver(*self.signals) as received:
                 self.listening.set()
                 async for signum in received:
                     sig = signal.Signals(signum)

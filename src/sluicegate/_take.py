@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
+from ._asyncio import bridged, mark_trio_code
 from ._checks import check_count
 from ._util import close_after, close_source, pace
 
@@ -44,7 +45,9 @@ class Take(Generic[T]):
         self._aiter: AsyncIterator[T] | None = None
         self._iter: Iterator[T] | None = None
         if isinstance(source, AsyncIterable):
-            self._aiter = aiter(source)
+            # An asyncio feed, where the user's code runs on asyncio, is
+            # pulled there (sluicegate.aio, an evaluation under --loop asyncio).
+            self._aiter = aiter(bridged(source))
         elif isinstance(source, Iterable):
             self._iter = iter(source)
         else:
@@ -131,6 +134,9 @@ class Take(Generic[T]):
             return
         self._closed = True
         await close_source(self._source)
+
+
+mark_trio_code(Take)
 
 
 def take(source: AsyncIterable[T] | Iterable[T], n: int) -> Take[T]:

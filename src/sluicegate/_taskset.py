@@ -32,7 +32,8 @@ from typing import Any, Generic, TypeVar, cast, final
 import attrs
 import trio
 
-from ._checks import check_count, check_text
+from ._asyncio import bridged, mark_trio_code
+from ._checks import check_callable, check_count, check_text
 from ._take import take
 from ._util import ChannelSource, close_after, close_source, pace
 
@@ -248,8 +249,7 @@ class Taskset(Generic[T_co]):
         Raises:
             TypeError: ``fn`` is not callable.
         """
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, not {fn!r}")
+        check_callable(fn, "fn")
         return _Map(self, fn, f"map({getattr(fn, '__qualname__', fn)!r})")
 
     def with_system_prompt(self: Taskset[Task], text: str) -> Taskset[Task]:
@@ -395,7 +395,9 @@ class _OwnedStream(Generic[T, U]):
     """
 
     def __init__(self, source: AsyncIterable[T], fn: Callable[[T], U] | None) -> None:
-        # Never change.
+        # Never change. An asyncio feed, where the user's code runs on
+        # asyncio, is pulled and closed there.
+        source = bridged(source)
         self._source = source
         self._iter = aiter(source)
         self._fn = fn
@@ -440,6 +442,10 @@ class _OwnedStream(Generic[T, U]):
         finally:
             if self._source is not self._iter:
                 await close_source(self._source)
+
+
+# The trio code a live taskset's stream is made of: read as it is on either front.
+mark_trio_code(_OwnedStream, Taskset.stream.__code__)
 
 
 class FeedTaskset(Taskset[T]):

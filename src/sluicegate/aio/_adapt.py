@@ -7,7 +7,8 @@ can await them (:mod:`sluicegate._asyncio` does the awaiting):
 * ``run`` becomes a trio function that runs each call as an asyncio task;
 * an async iterable runs each ``__anext__`` and its ``aclose()`` on
   asyncio, unless it is one of sluicegate's or trio's own, which are trio
-  code (a trio memory channel, ``Taskset.stream()`` of a static set);
+  code (a trio memory channel, ``Taskset.stream()``, a live taskset's views
+  and ``take()``, which read the user's feed itself on asyncio);
 * a :class:`~sluicegate.SampleSource` runs its async hooks (``next``,
   ``on_complete``, ``on_abandoned``) on asyncio; a hook it does not
   override is sluicegate's own and runs in trio, costing no task.
@@ -34,15 +35,14 @@ the trio front's own.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 import trio
 
-from .._asyncio import AsyncioIterator, FailureLatch, on_asyncio
-from .._dynamic import SampleSource
-from .._taskset import Taskset
-from .._util import ChannelSource, as_async_iterator, surely_sync
+from .._asyncio import AsyncioIterator, FailureLatch, is_trio_code, on_asyncio
+from .._dynamic import AsyncioHooks, SampleSource
+from .._util import as_async_iterator, surely_sync
 
 __all__ = ["Handover", "adapt_run", "adapt_source"]
 
@@ -50,28 +50,33 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def adapt_run(run: Any, loop: asyncio.AbstractEventLoop, latch: FailureLatch) -> Any:
-    """``run`` as trio awaits it: each call an asyncio task of ``loop``, under the stream's latch.
+def adapt_run(
+    run: Any,
+    loop: asyncio.AbstractEventLoop,
+    latch: FailureLatch | None = None,
+    what: str = "the run",
+) -> Any:
+    """``run`` (or another callable the caller awaits) as trio awaits it: each call an asyncio task.
 
-    A ``run`` the dispatcher refuses (not callable, a plain ``def``) is
-    returned as it is, so that the dispatcher refuses it in its own words.
+    A ``run`` the trio front refuses (not callable, a plain ``def``) is
+    returned as it is, so that the trio front refuses it in its own words.
+
+    Args:
+        run: The user's async function.
+        loop: The running loop.
+        latch: The stream's failure latch; None where trio code catches a
+            run's failure (``serve()``'s retries and recorded errors).
+        what: What it is, for the notes and the log.
     """
     if not callable(run) or surely_sync(run):
         return run
-    return on_asyncio(run, loop, "the run", latch)
-
-
-def _runs_on_trio(source: object) -> bool:
-    """Whether ``source`` is an async iterable of trio code, read by the dispatcher as it is."""
-    return isinstance(source, trio.MemoryReceiveChannel | ChannelSource) or (
-        getattr(source, "ag_code", None) is Taskset.stream.__code__
-    )
+    return on_asyncio(run, loop, what, latch)
 
 
 def adapt_source(
     source: Any,
     loop: asyncio.AbstractEventLoop,
-    latch: FailureLatch,
+    latch: FailureLatch | None = None,
     handover: Handover | None = None,
 ) -> Any:
     """``source`` as the dispatcher reads it: asyncio code on asyncio, each pull guarded.
@@ -79,19 +84,24 @@ def adapt_source(
     Args:
         source: The stream's source.
         loop: The running loop.
-        latch: The stream's failure latch.
+        latch: The stream's failure latch, or None for a source whose
+            pulls need no guard (``serve()``'s, whose runs' failures do not
+            end it).
         handover: ``open_stream``'s, holding pulls back while a result is on
-            its way to the consumer; None for ``run_stream``.
+            its way to the consumer; None for ``run_stream`` and ``serve``.
     """
+    guarded = latch is not None or handover is not None
     if isinstance(source, SampleSource):
+        if not guarded:
+            return AsyncioHooks(source, loop)
         return _HooksOnAsyncio(source, loop, latch, handover)
     if isinstance(source, AsyncIterable):
-        if not _runs_on_trio(source):
+        if not is_trio_code(source):
             source = AsyncioIterator(source, loop, latch)
+        return _Guard(source, latch, handover) if guarded else source
+    if isinstance(source, Iterable) and guarded:
         return _Guard(source, latch, handover)
-    if isinstance(source, Iterable):
-        return _Guard(source, latch, handover)
-    return source  # refused by the dispatcher
+    return source  # a sync iterable unguarded, or one the trio front refuses
 
 
 class Handover:
@@ -129,7 +139,7 @@ class _Guard(Generic[T]):
     iterator is read as it is, in trio.
     """
 
-    def __init__(self, source: Any, latch: FailureLatch, handover: Handover | None) -> None:
+    def __init__(self, source: Any, latch: FailureLatch | None, handover: Handover | None) -> None:
         self._source = source
         self._latch = latch
         self._handover = handover
@@ -148,7 +158,8 @@ class _Guard(Generic[T]):
         handover = self._handover
         if handover is not None and handover.in_transit:
             await handover.wait()
-        if self._latch.tripped:
+        latch = self._latch
+        if latch is not None and latch.tripped:
             # A run failed on asyncio; the failure, on its way to the
             # dispatcher, cancels this pull.
             await trio.sleep_forever()
@@ -174,53 +185,19 @@ class _Guard(Generic[T]):
         return repr(self._source)
 
 
-class _HooksOnAsyncio(SampleSource[T, R], Generic[T, R]):
-    """A :class:`SampleSource` whose async hooks are asyncio coroutines, as trio sees it.
-
-    Each hook the source overrides runs as an asyncio task in the context of
-    the trio task that calls it (a run's, for ``on_complete``, so that
-    ``enqueue()`` finds the stream); ``initial()`` is synchronous and runs as
-    it is. The stream it binds is pulled through a :class:`_Guard`.
-    """
+class _HooksOnAsyncio(AsyncioHooks[T, R], Generic[T, R]):
+    """:class:`~sluicegate._dynamic.AsyncioHooks`, its stream pulled through a :class:`_Guard`."""
 
     def __init__(
         self,
         source: SampleSource[T, R],
         loop: asyncio.AbstractEventLoop,
-        latch: FailureLatch,
+        latch: FailureLatch | None,
         handover: Handover | None,
     ) -> None:
-        self._source = source
+        super().__init__(source, loop, latch)
         self._latch = latch
         self._handover = handover
-        kind = type(source)
-        self._next: Callable[[], Awaitable[Sequence[T] | None]] = (
-            source.next
-            if kind.next is SampleSource.next
-            else on_asyncio(source.next, loop, "the source's next", latch)
-        )
-        self._on_complete: Callable[[T, R], Awaitable[Sequence[T] | None]] = (
-            source.on_complete
-            if kind.on_complete is SampleSource.on_complete
-            else on_asyncio(source.on_complete, loop, "the source's on_complete", latch)
-        )
-        self._on_abandoned: Callable[[T], Awaitable[None]] = (
-            source.on_abandoned
-            if kind.on_abandoned is SampleSource.on_abandoned
-            else on_asyncio(source.on_abandoned, loop, "the source's on_abandoned")
-        )
-
-    def initial(self) -> Sequence[T]:
-        return self._source.initial()
-
-    async def next(self) -> Sequence[T] | None:
-        return await self._next()
-
-    async def on_complete(self, item: T, result: R) -> Sequence[T] | None:
-        return await self._on_complete(item, result)
-
-    async def on_abandoned(self, item: T) -> None:
-        await self._on_abandoned(item)
 
     def bind_run(
         self,
@@ -232,6 +209,3 @@ class _HooksOnAsyncio(SampleSource[T, R], Generic[T, R]):
     ) -> tuple[AsyncIterator[T], Callable[[T], Awaitable[R]]]:
         stream, bound = super().bind_run(run, admitting=admitting, drained=drained)
         return _Guard(stream, self._latch, self._handover), bound
-
-    def __repr__(self) -> str:
-        return f"<{self._source!r}, hooks on asyncio>"

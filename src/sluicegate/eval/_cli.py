@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import math
 import sys
@@ -12,13 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import trio
-
 from .._terminal import messages
 from ._config import EVERY_SCORE, UsageError, parse_concurrency
 from ._display import DISPLAYS
 from ._format import read_run_record
-from ._run import evaluate
+from ._run import run_command
 
 if TYPE_CHECKING:
     from ._compare import Comparison
@@ -196,6 +193,13 @@ def register(commands: Any) -> None:
         help="with --dask ADDRESS: seconds to wait for the scheduler, when connecting and when "
         "reconnecting after losing it (default: Dask's distributed.comm.timeouts.connect, 30)",
     )
+    add(
+        "--loop",
+        metavar="LOOP",
+        help="the event loop the environment's code runs on: trio, or asyncio for an "
+        "environment that calls asyncio-only clients (aiohttp, asyncpg, litellm...); default: "
+        "the environment's `loop` attribute, else the run's own on --resume, else trio",
+    )
     parser.add_argument(
         "--trace",
         action="store_true",
@@ -338,7 +342,7 @@ def handle(args: argparse.Namespace) -> int:
         try:
             settings = arguments(args)
             with _dask_timeout(args):
-                report = trio.run(functools.partial(evaluate, **settings, signals=True))
+                report = run_command({**settings, "signals": True}, args.loop)
         except UsageError as exc:
             print(f"sluicegate eval: error: {exc}", file=sys.stderr)
             return 2

@@ -30,10 +30,12 @@ from ._reduce import check_reducer
 
 __all__ = [
     "EVERY_SCORE",
+    "LOOPS",
     "TARGET_MODULE",
     "ErrorBudget",
     "EvalConfig",
     "UsageError",
+    "check_loop",
     "differences",
     "exception_name",
     "exception_types",
@@ -139,6 +141,21 @@ def _window_class(value: object) -> str | None:
 
 def _trace(value: object) -> bool:
     return check_flag(value, "trace")
+
+
+# The loops an environment's code may run on (--loop, an environment's `loop`).
+LOOPS = ("trio", "asyncio")
+
+
+def check_loop(value: object, name: str = "--loop") -> str:
+    """``value`` if it names a loop an environment's code may run on (see :data:`LOOPS`).
+
+    Raises:
+        UsageError: for anything else (``name`` says where it was given).
+    """
+    if not (isinstance(value, str) and value in LOOPS):
+        raise UsageError(f'{name} must be "trio" or "asyncio", not {value!r}')
+    return value
 
 
 def _ids(value: object) -> tuple[str, ...]:
@@ -347,6 +364,8 @@ class EvalConfig:
             counts as correct for ``pass_at_K`` and ``at_least_K``.
         trace: ``--trace``: the sessions record their timeline in the
             output directory (``sluicegate eval --resume`` keeps recording).
+        loop: ``--loop``: the event loop the environment's code runs on,
+            ``"trio"`` or ``"asyncio"`` (``sluicegate eval --resume`` keeps it).
     """
 
     target: str | None = attrs.field(default=None, converter=_target)
@@ -367,6 +386,7 @@ class EvalConfig:
     reduce: tuple[str, ...] = attrs.field(default=(), converter=_reducers)
     pass_threshold: float = attrs.field(default=1.0, converter=_pass_threshold)
     trace: bool = attrs.field(default=False, converter=_trace)
+    loop: str = attrs.field(default="trio", converter=check_loop)
 
     @property
     def adaptive(self) -> bool:
@@ -458,7 +478,7 @@ def _retried(name: str, kind: type[BaseException]) -> type[Exception]:
 # The settings that decide which rollouts exist and what they run. A resume must
 # match them, or the rows already on disk would answer a different question.
 # -c, --retries, --retry-on, --timeout, --fail-on-error, --min-score,
-# --reduce, --pass-threshold and --display may change between sessions.
+# --reduce, --pass-threshold, --display and --loop may change between sessions.
 RESUME_KEYS: dict[str, str] = {
     "target": "TARGET",
     "num_tasks": "-n/--num-tasks",

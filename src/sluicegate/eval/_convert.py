@@ -49,6 +49,8 @@ _structure_config = make_dict_structure_fn(
     retry_on=override(struct_hook=lambda value, _: tuple(str(name) for name in value)),
     # An int or "auto[:MAX]": the field's own converter checks it.
     concurrency=override(struct_hook=lambda value, _: value),
+    # The field's own converter checks it, a value that is not text included.
+    loop=override(struct_hook=lambda value, _: value),
 )
 
 

@@ -7,12 +7,20 @@ and ``ordered=False``, each slot run by :class:`._rollout.Rollouts`), the
 log (:mod:`._log`) and the report (:mod:`._verdict`). Each step is handed
 what it needs once. Rows are written the moment their rollout finishes, so
 a slow disk holds back new rollouts rather than piling rows up in memory.
+
+:func:`prepare` does everything that happens before anything runs (every
+check, the environment resolved, the loop its code runs on chosen), and
+:func:`evaluated` runs it in trio. ``sluicegate eval`` (:func:`run_command`)
+needs the loop before it starts one: ``trio.run``, or ``asyncio.run``
+hosting the same trio evaluation for an environment of asyncio code, whose
+parts then run on asyncio (:func:`._target.on_loop`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import logging
 import os
 import shlex
@@ -27,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import trio
 
+from .._asyncio import host, hosting_user_code, user_loop
 from .._checks import check_flag
 from .._runner import Drain, Recorder, WindowLike, open_stream, report_failure
 from .._signals import DEFAULT_SIGNALS, drain_on_signals
@@ -36,6 +45,7 @@ from ._config import (
     ErrorBudget,
     EvalConfig,
     UsageError,
+    check_loop,
     differences,
     recorded_concurrency,
     task_arguments,
@@ -49,20 +59,20 @@ from ._display import (
     resume_command,
     window_text,
 )
-from ._format import RESULTS, TORN, Previous, read_results, read_run_record
+from ._format import RESULTS, TORN, Previous, read_results, read_run_record, rollout_label
 from ._log import RunLog, SessionLock, check_new
 from ._records import RolloutRow, RunRecord, StopReason
 from ._rollout import AttemptFn, Rollouts, attempt_here
 from ._slots import DuplicateTaskId, EvalSource, Kind, Slot, Source, check, kind_of, plan
 from ._tally import RunTally
-from ._target import Parts, environment
+from ._target import Parts, environment, on_loop
 from ._verdict import EvalReport, begin, budget_text, check_floors, end
 from ._windows import WindowWatch, session_window
 
 if TYPE_CHECKING:
     from ..dask import DaskBridge
 
-__all__ = ["evaluate"]
+__all__ = ["Front", "Prepared", "evaluate", "evaluated", "prepare", "run_command"]
 
 logger = logging.getLogger("sluicegate")
 
@@ -184,18 +194,86 @@ class _Session:
     window: WindowLike | None = None
 
 
+@attrs.frozen
+class Front:
+    """Who runs the evaluation, and on which loop it runs the environment's code.
+
+    Attributes:
+        loop: ``"trio"`` or ``"asyncio"``; None to take the environment's
+            ``loop``, else (on a resume) the recorded one, else trio.
+        name: Who asked, as a refusal names it (``"--loop trio"``).
+        fix: What to do instead when the environment says otherwise.
+        flag: Whether ``name`` is a flag of the command line, which a
+            refusal then starts with.
+    """
+
+    loop: str | None
+    name: str
+    fix: str
+    flag: bool = False
+
+    @classmethod
+    def here(cls) -> Front:
+        """The front of :func:`evaluate` awaited here: asyncio's when hosted for asyncio code."""
+        if user_loop() is None:
+            return cls(
+                "trio", "sluicegate.eval.evaluate",
+                "await sluicegate.aio.evaluate(...) from asyncio code instead",
+            )  # fmt: skip
+        return cls(
+            "asyncio", "sluicegate.aio.evaluate",
+            "await sluicegate.eval.evaluate(...) inside trio instead",
+        )  # fmt: skip
+
+    @classmethod
+    def command(cls, loop: str | None) -> Front:
+        """``sluicegate eval``'s, with ``--loop`` as given (None: left out).
+
+        Raises:
+            UsageError: ``loop`` names no loop.
+        """
+        if loop is None:
+            return cls(None, "sluicegate eval", "")
+        return cls(check_loop(loop), f"--loop {loop}", "leave --loop out", flag=True)
+
+    def choose(self, parts: Parts, recorded: str | None) -> str:
+        """The loop the environment's code runs on.
+
+        Raises:
+            UsageError: this front runs it on another loop than it says.
+        """
+        said = parts.loop
+        if self.loop is None:
+            return said or recorded or "trio"
+        if said is not None and said != self.loop:
+            if self.flag:
+                raise UsageError(
+                    f"{self.name}: {parts.name} runs on {said} (its loop = {said!r}); {self.fix}"
+                )
+            raise UsageError(
+                f"{parts.name} runs on {said} (its loop = {said!r}), and {self.name} runs "
+                f"it on {self.loop}: {self.fix}"
+            )
+        return self.loop
+
+
 def _setup(
-    env: object, config: EvalConfig, task_args: Mapping[str, Any] | None, session: _Session
+    env: object,
+    config: EvalConfig,
+    task_args: Mapping[str, Any] | None,
+    session: _Session,
+    front: Front,
 ) -> _Setup:
     """Resolve the environment and finish the config, before anything runs.
 
     Nothing is written, except that a resume sets aside a torn last line.
 
     Args:
-        config: The settings checked so far: the target, the output and the
-            ``-T`` arguments are filled in here.
+        config: The settings checked so far: the target, the output, the
+            ``-T`` arguments and the loop are filled in here.
         task_args: The ``-T`` arguments as given (None: on a resume, the
             recorded ones).
+        front: Who runs it, and on which loop.
 
     Raises:
         UsageError: for the first thing refused.
@@ -225,14 +303,26 @@ def _setup(
             "-T cannot be used with --dask: the workers build the environment from TARGET alone"
         )
     parts = environment(env, checked)
+    if resume and earlier is None:
+        assert output_dir is not None  # _Session checked it
+        with contextlib.suppress(UsageError):  # said below, where it is read again
+            earlier = read_run_record(output_dir)
+    loop = front.choose(parts, None if earlier is None else earlier.config.loop)
     output = output_dir if output_dir is not None else _default_output(parts.name)
-    config = attrs.evolve(config, target=parts.target, output=str(output), task_args=checked)
+    config = attrs.evolve(
+        config, target=parts.target, output=str(output), task_args=checked, loop=loop
+    )
     # Now that the environment's file is loaded: --retry-on may name a class of it.
     config.retry()
     kind = kind_of(parts.taskset)
     check(kind, config, resume)
     check_floors(config.min_score, config.reduce, parts.score is not None, parts.scores)
     if dask is not None:
+        if loop == "asyncio":
+            raise UsageError(
+                "--dask cannot run an environment on asyncio (--loop asyncio): the workers "
+                "run each rollout on trio"
+            )
         if kind is Kind.DYNAMIC:
             raise UsageError(
                 "--dask cannot run a SampleSource: enqueue(), on_complete() and next() "
@@ -302,7 +392,7 @@ async def _attempts(
 
 
 def _slot_label(item: object) -> str | None:
-    return f"{item.task_id} #{item.rollout}" if isinstance(item, Slot) else None
+    return rollout_label(item.task_id, item.rollout) if isinstance(item, Slot) else None
 
 
 def _show_traceback(row: RolloutRow, directory: Path, config: EvalConfig) -> None:
@@ -455,6 +545,11 @@ async def _session(setup: _Setup, session: _Session) -> tuple[RunRecord, RunTall
         under ``-c N``).
     """
     config = setup.config
+    if config.loop == "asyncio":
+        # The environment's code runs on the loop hosting this trio run.
+        hosting = user_loop()
+        assert hosting is not None, "an asyncio environment evaluated outside its loop"
+        setup = attrs.evolve(setup, parts=on_loop(setup.parts, hosting))
     window = session_window(config, session.window)
     watch = None if window is None else WindowWatch.of(window)
     # Under a window object the display's bound follows its size (see _run_slots).
@@ -550,6 +645,9 @@ async def evaluate(
     the setting as its flag (``-r/--rollouts must be an int >= 1, not 0``).
     Writes ``results.jsonl`` (one row per rollout, as it finishes) and
     ``run.json`` to ``output_dir``. See ``docs/eval.md`` for each setting.
+    The environment's code runs on trio: an environment whose ``loop`` is
+    ``"asyncio"`` is refused (await :func:`sluicegate.aio.evaluate` from
+    asyncio code, which takes the same arguments).
 
     Args:
         env: An :class:`~sluicegate.eval.Environment` (or a zero-argument
@@ -613,37 +711,76 @@ async def evaluate(
     Raises:
         TypeError: a setting of the wrong type (``drain="x"``, ``rollouts="2"``).
         ValueError: a setting, the environment or the output directory was
-            refused before anything ran (a ``load()`` that raised and
-            duplicate task ids included).
+            refused before anything ran (a ``load()`` that raised,
+            duplicate task ids and an asyncio environment included).
     """
+    return await evaluated(prepare(locals(), Front.here()))
+
+
+@attrs.frozen
+class Prepared:
+    """An evaluation checked and set up, ready to run: what :func:`prepare` returns."""
+
+    setup: _Setup
+    session: _Session
+
+    @property
+    def loop(self) -> str:
+        """The loop the environment's code runs on."""
+        return self.setup.config.loop
+
+
+def prepare(arguments: Mapping[str, Any], front: Front) -> Prepared:
+    """Check :func:`evaluate`'s arguments and resolve the environment, before anything runs.
+
+    Args:
+        arguments: :func:`evaluate`'s arguments by name; those left out take
+            its defaults.
+        front: Who runs it, and on which loop.
+
+    Raises:
+        TypeError, UsageError: as :func:`evaluate` documents.
+    """
+    given = _SIGNATURE.bind(**arguments)
+    given.apply_defaults()
+    a = given.arguments
     session = _Session(
-        output_dir=output_dir,
-        resume=resume,
-        display=display,
-        drain=drain,
-        signals=signals,
-        trace=trace,
-        dask=dask,
-        window=window_object(concurrency),
+        output_dir=a["output_dir"],
+        resume=a["resume"],
+        display=a["display"],
+        drain=a["drain"],
+        signals=a["signals"],
+        trace=a["trace"],
+        dask=a["dask"],
+        window=window_object(a["concurrency"]),
     )
     config = EvalConfig(
-        num_tasks=num_tasks,
-        rollouts=rollouts,
-        concurrency=recorded_concurrency(concurrency),
+        num_tasks=a["num_tasks"],
+        rollouts=a["rollouts"],
+        concurrency=recorded_concurrency(a["concurrency"]),
         window_object=None if session.window is None else type(session.window).__name__,
-        shuffle=shuffle,
-        system_prompt=system_prompt,
-        ids=ids,
-        retries=retries,
-        retry_on=retry_on,
-        timeout=timeout,
-        fail_on_error=fail_on_error,
-        min_score=min_score,
-        reduce=reduce,
-        pass_threshold=pass_threshold,
-        trace=trace is True,  # recorded in run.json, so that a resume traces too
+        shuffle=a["shuffle"],
+        system_prompt=a["system_prompt"],
+        ids=a["ids"],
+        retries=a["retries"],
+        retry_on=a["retry_on"],
+        timeout=a["timeout"],
+        fail_on_error=a["fail_on_error"],
+        min_score=a["min_score"],
+        reduce=a["reduce"],
+        pass_threshold=a["pass_threshold"],
+        trace=a["trace"] is True,  # recorded in run.json, so that a resume traces too
     )
-    setup = _setup(env, config, task_args, session)
+    return Prepared(_setup(a["env"], config, a["task_args"], session, front), session)
+
+
+async def evaluated(prepared: Prepared) -> EvalReport:
+    """Run a prepared evaluation, in trio; its environment's code runs on the loop it chose.
+
+    For an asyncio environment, this trio call must be hosted on the loop
+    (see :func:`run_command`).
+    """
+    setup, session = prepared.setup, prepared.session
     if session.display is not None:
         session.display.header(header_text(setup.parts.name, setup.config, session.resume))
     try:
@@ -656,3 +793,35 @@ async def evaluate(
     # After the live display has stopped, so that the summary stands alone.
     _conclude(session.display, record, setup, tally, window)
     return EvalReport.of(record, Path(record.config.output))
+
+
+_SIGNATURE = inspect.signature(evaluate)
+
+
+def run_command(arguments: Mapping[str, Any], loop: str | None) -> EvalReport:
+    """``sluicegate eval``: prepare the evaluation, then run it on trio or hosted on asyncio.
+
+    Args:
+        arguments: :func:`evaluate`'s arguments, as the command line gives them.
+        loop: ``--loop`` as given, or None.
+
+    Raises:
+        TypeError, UsageError: as :func:`evaluate` documents.
+        KeyboardInterrupt: a Ctrl-C that nothing drained.
+    """
+    prepared = prepare(arguments, Front.command(loop))
+    try:
+        if prepared.loop == "trio":
+            return trio.run(evaluated, prepared)
+        import asyncio
+
+        async def main() -> EvalReport:
+            with hosting_user_code():
+                return await host(evaluated, prepared)
+
+        return asyncio.run(main())
+    finally:
+        # evaluated() lets go of a resume's lock; this is for a run that never
+        # started it (a Ctrl-C at once). Letting go twice does nothing.
+        if prepared.setup.lock is not None:
+            prepared.setup.lock.release()

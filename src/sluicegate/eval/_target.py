@@ -9,6 +9,7 @@ the rest of the evaluation uses, or refuses it with a :class:`UsageError`.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -18,14 +19,18 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from .._dynamic import SampleSource
+from .._asyncio import AsyncioContext, awaiting_on_asyncio, on_asyncio
+from .._dynamic import AsyncioHooks, SampleSource
 from .._taskset import Taskset
 from .._util import surely_sync
-from ._config import TARGET_MODULE, UsageError
+from ._config import TARGET_MODULE, UsageError, check_loop
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "Environment",
@@ -34,6 +39,7 @@ __all__ = [
     "canonical_target",
     "environment",
     "file_of",
+    "on_loop",
     "resolve_target",
 ]
 
@@ -58,6 +64,10 @@ class Environment(Protocol):
     * ``serving()``: an async context manager held open around all the
       rollouts (a model server, a connection pool).
     * ``name``: a short string for the output directory and the display.
+    * ``loop``: ``"asyncio"`` when ``run``, ``score``, ``serving()`` and the
+      taskset's feed (or the ``SampleSource``'s hooks) are asyncio code
+      (``"trio"``, the default, when they are trio code): ``sluicegate
+      eval`` then runs it on asyncio without ``--loop``.
 
     A class or a function returning such an object is accepted too: it is
     called once, with the ``-T`` arguments (``task_args``) as keywords.
@@ -84,6 +94,8 @@ class Parts:
             manager, held open for the whole run.
         target: The ``TARGET`` it was imported from (absolute), if any.
         scores: The score names the environment declares, or None.
+        loop: The loop the environment says its code runs on (``"trio"``
+            or ``"asyncio"``), or None when it says nothing.
     """
 
     name: str
@@ -93,6 +105,33 @@ class Parts:
     serving: Callable[[], AbstractAsyncContextManager[Any]] | None = None
     target: str | None = None
     scores: tuple[str, ...] | None = None
+    loop: str | None = None
+
+
+def on_loop(parts: Parts, loop: asyncio.AbstractEventLoop) -> Parts:
+    """``parts`` of asyncio code, as the evaluation (trio code) calls them on ``loop``.
+
+    ``run`` and an ``async`` ``score`` run as asyncio tasks, ``serving()``
+    is held open by one, and a :class:`~sluicegate.SampleSource` runs its
+    hooks there. A live taskset's feed is read on asyncio by the trio code
+    that pulls it (``take()``, the views), which the evaluation runs while
+    the user's code is marked as asyncio's (``sluicegate._asyncio``).
+    Must be called in the loop's trio guest run.
+    """
+    taskset, serving, score = parts.taskset, parts.serving, parts.score
+    if isinstance(taskset, SampleSource):
+        taskset = AsyncioHooks(taskset, loop)
+    if score is not None:
+        score = awaiting_on_asyncio(score, loop, "the environment's score")
+    if serving is not None:
+        serving = functools.partial(AsyncioContext, serving, loop, "the environment's serving()")
+    return attrs.evolve(
+        parts,
+        taskset=taskset,
+        run=on_asyncio(parts.run, loop, "the environment's run"),
+        score=score,
+        serving=serving,
+    )
 
 
 def _refuse_unknown(factory: Any, name: str, kwargs: Mapping[str, Any]) -> None:
@@ -220,6 +259,9 @@ def as_parts(
             )
         if score is None:
             raise UsageError(f"{name}: declares scores but has no score(task, result)")
+    loop = getattr(obj, "loop", None)
+    if loop is not None:
+        check_loop(loop, f"{name}: loop")
     own_name = getattr(obj, "name", None)
     return Parts(
         name=own_name if isinstance(own_name, str) and own_name else name,
@@ -229,6 +271,7 @@ def as_parts(
         serving=serving,
         target=target,
         scores=scores,
+        loop=loop,
     )
 
 
