@@ -9,6 +9,7 @@ acknowledging commands the server ran.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import trio
 
+import sluicegate.aio
 from queue_kinds import PostgresKind, QueueKind, RedisKind
 from sluicegate import Drain, ServedItem, serve
 from sluicegate.service import Journal, ServeStats
@@ -387,3 +389,22 @@ async def test_a_feed_of_ones_own_is_left_to_its_owner(kind: QueueKind) -> None:
         report = await serve(feed, run, window=4, on_outcome=on_outcome, signals=())
     assert report.ok == 10
     assert kind.acknowledged() == set(range(10)) and kind.held() == {}
+
+
+def test_a_queue_is_served_from_asyncio_too(kind: QueueKind, tmp_path: Path) -> None:
+    kind.put(30)
+    ran: list[int] = []
+
+    async def run(item: Any) -> None:
+        await asyncio.sleep(0)  # asyncio code: the run is an asyncio task
+        ran.append(kind.number(item))
+
+    async def main() -> Any:
+        return await sluicegate.aio.serve(
+            kind.queue(stop_when_empty=True), run, window=4, journal=tmp_path / "j.db",
+            signals=(),
+        )  # fmt: skip
+
+    report = asyncio.run(main())
+    assert report.ok == 30 and sorted(ran) == list(range(30))
+    assert kind.acknowledged() == set(range(30)) and kind.held() == {}

@@ -26,8 +26,9 @@ from .._asyncio import awaiting_on_asyncio, host, refuse_outside_asyncio
 from .._retry import Retry
 from .._runner import BindsRun, Drain, Pacer, Recorder, WindowLike
 from .._signals import DEFAULT_SIGNALS
-from ..service import Journal, ServedItem, ServeReport, ServeStats
+from ..service import Journal, PostgresJournal, ServedItem, ServeReport, ServeStats
 from ..service import serve as trio_serve
+from ..sources import LeasedQueue
 from ._adapt import adapt_run, adapt_source
 
 if TYPE_CHECKING:
@@ -39,12 +40,12 @@ T = TypeVar("T")
 
 
 async def serve(
-    source: AsyncIterable[T] | Iterable[T] | BindsRun,
+    source: AsyncIterable[T] | Iterable[T] | BindsRun | LeasedQueue[T],
     run: Callable[[T], Awaitable[Any]],
     *,
     window: int | WindowLike,
     key: Callable[[T], str] | None = None,
-    journal: str | os.PathLike[str] | Journal | None = None,
+    journal: str | os.PathLike[str] | Journal | PostgresJournal | None = None,
     rerun_errors: bool = False,
     errors: Literal["record", "raise"] = "record",
     retry: Retry | None = None,
