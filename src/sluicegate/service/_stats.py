@@ -18,7 +18,7 @@ from typing import Any, final
 import attrs
 
 from .._runner import WindowLike
-from ..sources import FeedStatistics
+from ..sources import Feed, FeedStatistics
 
 __all__ = [
     "BOUNDS",
@@ -241,7 +241,7 @@ class ServeStats:
 class Snapshots:
     """Turns a :class:`ServiceCounters` into a :class:`ServeStats` per interval."""
 
-    def __init__(self, tally: ServiceCounters, start: float, feed: Any = None) -> None:
+    def __init__(self, tally: ServiceCounters, start: float, feed: Feed[Any] | None = None) -> None:
         # What it reads (the service's feed of a queue too, if any), and from
         # when: set here, never changed.
         self._tally = tally
