@@ -258,16 +258,19 @@ async def test_a_drain_gives_back_what_did_not_start_and_a_grace_what_was_cut_sh
 async def test_stats_show_the_queue_s_feed(kind: QueueKind) -> None:
     kind.put(20)
     seen: list[ServeStats] = []
+    waiting = trio.Event()  # item 5 runs, and waits for a snapshot
     looked = trio.Event()
 
     async def run(item: Any) -> None:
         if kind.number(item) == 5:
+            waiting.set()
             await looked.wait()
         await trio.lowlevel.checkpoint()
 
     def on_stats(stats: ServeStats) -> None:
-        seen.append(stats)
-        looked.set()
+        if waiting.is_set() and not looked.is_set():
+            seen.append(stats)
+            looked.set()
 
     with trio.fail_after(HANG):
         report = await serve(
