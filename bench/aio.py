@@ -17,7 +17,7 @@ generator as the source (each pull is a trip between the loops), ``open_stream``
 
 And a whole evaluation on asyncio (issue 28): ``sluicegate eval --loop asyncio
 -c auto --retries 50`` of an environment whose 200 rollouts call a local
-aiohttp server (tests/overloaded.py) with aiohttp, an asyncio-only client;
+aiohttp server (tests/upstream_429.py) with aiohttp, an asyncio-only client;
 the server serves C requests at once and answers 429 above. Target, for each
 C: 200/200 rollouts ok, and the window settles (its last size) within 2x C.
 
@@ -199,8 +199,8 @@ def overloaded_eval(capacity: int) -> tuple[int, int, int, int, float]:
         server answered, and the seconds it took.
     """
     sys.path.insert(0, str(TESTS))
-    from overloaded import running_overloaded
     from sluicegate.cli import main as command
+    from upstream_429 import running_overloaded
 
     with (
         tempfile.TemporaryDirectory() as scratch,

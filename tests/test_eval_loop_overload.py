@@ -1,6 +1,6 @@
 """``sluicegate eval --loop asyncio -c auto`` finds the capacity of an asyncio-only upstream.
 
-A real aiohttp server (tests/overloaded.py) serves up to C requests at once
+A real aiohttp server (tests/upstream_429.py) serves up to C requests at once
 and answers 429 above; the environment (tests/eval_envs/overloaded.py)
 calls it with aiohttp, an asyncio-only client. This runs for real seconds on
 purpose, as tests/test_adaptive_http.py does: the window learns from real
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from overloaded import running_overloaded
 from sluicegate.cli import main
+from upstream_429 import running_overloaded
 
 ENV = Path(__file__).parent / "eval_envs" / "overloaded.py"
 CAPACITY = 4

@@ -1,7 +1,7 @@
 """An environment of asyncio code calling an aiohttp upstream that answers 429 above a capacity.
 
 200 tasks, each a ``GET /square/N`` through one ``aiohttp.ClientSession``
-(held by ``serving()``), against the server of ``tests/overloaded.py`` at
+(held by ``serving()``), against the server of ``tests/upstream_429.py`` at
 ``$EVAL_UPSTREAM``. A 429 raises aiohttp's ``ClientResponseError``, whose
 ``status`` makes it an overload error for ``-c auto``.
 """

@@ -565,8 +565,8 @@ class PostgresWriter:
         # committing one the commits', renewals' and releases' (_commit_lock);
         # the reading one is used on the trio thread only.
         self.journal = journal
-        self.label = journal.label
-        self.consumer = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.label: str = journal.label
+        self.consumer: str = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._claiming = claiming
         self._committing = committing
         self._reading = reading
@@ -607,8 +607,8 @@ class PostgresWriter:
         # claim goes out ahead of need (_Claims). Written by run() alone.
         self.nursery: trio.Nursery | None = None
         # Counters, each written only where its event happens.
-        self.claimed = 0
-        self.lost = 0
+        self.claimed: int = 0
+        self.lost: int = 0
 
     # -- lookups ---------------------------------------------------------------------
 

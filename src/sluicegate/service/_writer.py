@@ -208,7 +208,7 @@ class JournalWriter:
         # The file, its connections and what the service asked for: set here,
         # never changed (close() closes the connections).
         self.path = path
-        self.label = display(path)
+        self.label: str = display(path)
         self._wal = f"{os.fsdecode(path)}-wal"
         self._commit_here = synchronous == "normal"
         self._reader = reader

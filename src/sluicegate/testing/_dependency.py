@@ -63,7 +63,7 @@ class Dependency:
     """
 
     def __init__(self, flaky: Flaky | None = None, *, trace: Trace | None = None) -> None:
-        self.flaky = flaky if flaky is not None else Flaky()
+        self.flaky: Flaky = flaky if flaky is not None else Flaky()
         self._trace = trace
         # Each item seen, with its attempts so far (a list: items may be unhashable).
         self._attempts: list[list[Any]] = []
