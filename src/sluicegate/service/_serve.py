@@ -284,8 +284,11 @@ class _Ticket(Generic[T]):
         # outcome someone hears of (on_outcome, a SampleSource); else None.
         # Written by _Service.look_up().
         self.recorded: JournalEntry | None = None
-        # Invariant: the journal batch its row joined, once settled with a
-        # journal; else None. Written by _Service.settle().
+        # Invariant: the journal batch its row joined, from its settle step with
+        # a journal until that batch is committed; else None. Written by
+        # _Service.settle(), cleared by _Service.durable(): the batch holds the
+        # ticket, and the two would otherwise be a cycle that only the garbage
+        # collector frees (1 us an item, docs/performance.md).
         self.batch: Batch | None = None
         # Invariant: made by the first copy of its key that waits for its
         # outcome to be durable, set once it is (or once it ended without
@@ -723,6 +726,7 @@ class _Service(Generic[T]):
                 # A durable ticket is the one in flight for its key, if any: a
                 # copy is admitted only once it is out (see look_up()).
                 flights.pop(ticket.key, None)  # type: ignore[arg-type]
+                ticket.batch = None
                 if ticket.waiters is not None:
                     ticket.waiters.set()
 
