@@ -8,9 +8,17 @@ never taken for a number: ``window=True`` is always a slip.
 from __future__ import annotations
 
 import math
+import os
 from typing import overload
 
-__all__ = ["check_count", "check_flag", "check_seconds", "check_text"]
+__all__ = [
+    "check_callable",
+    "check_count",
+    "check_flag",
+    "check_path",
+    "check_seconds",
+    "check_text",
+]
 
 
 def _is_int(value: object) -> bool:
@@ -84,3 +92,31 @@ def check_text(value: object, name: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, not {value!r}")
     return value
+
+
+def check_callable(value: object, name: str, *, none: bool = False) -> None:
+    """Refuse ``value`` unless it is callable (or None, when ``none``).
+
+    A class is callable too; it is taken, as a factory.
+
+    Raises:
+        TypeError: ``value`` cannot be called.
+    """
+    if value is None and none:
+        return
+    if not callable(value):
+        takes = "callable" + (" or None" if none else "")
+        raise TypeError(f"{name} must be {takes}, not {value!r}")
+
+
+def check_path(value: object, name: str, *, none: bool = False) -> None:
+    """Refuse ``value`` unless it is a path: a str or an ``os.PathLike`` (or None, when ``none``).
+
+    Raises:
+        TypeError: ``value`` is anything else.
+    """
+    if value is None and none:
+        return
+    if not isinstance(value, str | os.PathLike):
+        takes = "a path (a str or os.PathLike)" + (" or None" if none else "")
+        raise TypeError(f"{name} must be {takes}, not {value!r}")

@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar, cast, final
 import attrs
 import trio
 
-from ._checks import check_count, check_text
+from ._checks import check_callable, check_count, check_text
 from ._take import take
 from ._util import ChannelSource, close_after, close_source, pace
 
@@ -248,8 +248,7 @@ class Taskset(Generic[T_co]):
         Raises:
             TypeError: ``fn`` is not callable.
         """
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, not {fn!r}")
+        check_callable(fn, "fn")
         return _Map(self, fn, f"map({getattr(fn, '__qualname__', fn)!r})")
 
     def with_system_prompt(self: Taskset[Task], text: str) -> Taskset[Task]:

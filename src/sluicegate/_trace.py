@@ -35,6 +35,7 @@ import attrs
 import trio
 
 from . import _tracelog as log_format
+from ._checks import check_callable, check_path
 from ._chrome import read_chrome, write_chrome_trace
 from ._runner import CURRENT_WINDOW
 from ._tracelog import (
@@ -144,6 +145,9 @@ class Timeline:
             happens, one flushed line each (see :meth:`Timeline.read`).
             Call :meth:`close` (or use the timeline as a context manager)
             to close it.
+
+    Raises:
+        TypeError: ``label`` is not callable, or ``log`` is not a path.
     """
 
     def __init__(
@@ -152,6 +156,8 @@ class Timeline:
         label: Callable[[Any], object] | None = None,
         log: str | os.PathLike[str] | None = None,
     ) -> None:
+        check_callable(label, "label", none=True)
+        check_path(log, "log", none=True)
         self._label = label
         # Set by the first event: trio's clock (one stream lives in one
         # trio.run), its reading then, and the wall-clock time then.

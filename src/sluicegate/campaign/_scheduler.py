@@ -29,7 +29,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from .._runner import Drain, report_failure, run_stream
+from .._runner import CURRENT_INDEX, Drain, report_failure, run_stream
 from .._trace import Timeline, recording
 from ._admission import Admission
 from ._errors import CampaignError
@@ -73,14 +73,9 @@ Observer = Callable[[Report], None]
 
 @attrs.frozen
 class _SourceItem:
-    """An item of the campaign's source: a candidate to launch, or a child to adopt.
-
-    ``index`` is its place in pull order, which is the runner's index for it,
-    so a timeline can be told how the job really ended.
-    """
+    """An item of the campaign's source: a candidate to launch, or a child to adopt."""
 
     candidate: Candidate
-    index: int
     adopted: AdoptedChild | None = None
 
 
@@ -191,7 +186,7 @@ class _Campaign:
                 # uncertain one was left running by a controller that could
                 # not stop it; its reservations stay uncertain until it ends.)
                 child = AdoptedChild(row.pid, row.process_start, files.lock)
-                self._adopted.append(_SourceItem(self.plan.candidate(row.key), -1, child))
+                self._adopted.append(_SourceItem(self.plan.candidate(row.key), child))
                 if row.status != "running":
                     self.panel.set(attrs.evolve(row, status="running", awaiting_result=False))
                 continue
@@ -228,18 +223,17 @@ class _Campaign:
 
     async def dispatches(self) -> AsyncIterator[_SourceItem]:
         """The source: the adopted children (already counted as running), then admissions."""
-        pulled = 0
         while (adopted := self._take_adopted()) is not None:
-            yield attrs.evolve(adopted, index=pulled)
-            pulled += 1
+            yield adopted
         async with contextlib.aclosing(self.admission.candidates()) as candidates:
             async for candidate in candidates:
-                yield _SourceItem(candidate, pulled)
-                pulled += 1
+                yield _SourceItem(candidate)
 
     async def run_job(self, dispatch: _SourceItem) -> Row:
         """Run one dispatch to its end: launch (or adopt) a child, wait, settle."""
         key = dispatch.candidate.key
+        # The runner's index for this run, so a timeline hears how the job ended.
+        index = CURRENT_INDEX.get()
         files = self.outdir.job(key)
         child: Child | None = dispatch.adopted
         launch_error: OSError | None = None
@@ -279,7 +273,7 @@ class _Campaign:
         row = self.panel[key]
         if row.status != "verified":
             # The run returned, but the job did not deliver: show it as such.
-            report_failure(self.timeline, dispatch.index, row.status)
+            report_failure(self.timeline, index, row.status)
         return row
 
     async def _close(

@@ -64,6 +64,7 @@ __all__ = [
     "read_run_record",
     "read_summary",
     "read_tasks",
+    "rollout_label",
     "write_run_record",
     "write_tasks",
 ]
@@ -73,6 +74,17 @@ RUN = "run.json"
 TASKS = "tasks.jsonl"
 TORN = "results.torn"
 LOCK = ".lock"
+
+
+def rollout_label(task_id: str, rollout: int) -> str:
+    """The label of a rollout's run in an evaluation's trace: ``"TASK #ROLLOUT"``.
+
+    The one spelling of it: ``sluicegate eval --trace`` labels each run so,
+    and the report matches a trace's runs to the rows of ``results.jsonl``
+    by it.
+    """
+    return f"{task_id} #{rollout}"
+
 
 # The cap of each user field of a row (see sluicegate._values).
 _CAPS = {name: _values.SAMPLE_CAP for name in USER_FIELDS} | {"result": _values.RESULT_CAP}

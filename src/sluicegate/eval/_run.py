@@ -49,7 +49,7 @@ from ._display import (
     resume_command,
     window_text,
 )
-from ._format import RESULTS, TORN, Previous, read_results, read_run_record
+from ._format import RESULTS, TORN, Previous, read_results, read_run_record, rollout_label
 from ._log import RunLog, SessionLock, check_new
 from ._records import RolloutRow, RunRecord, StopReason
 from ._rollout import AttemptFn, Rollouts, attempt_here
@@ -302,7 +302,7 @@ async def _attempts(
 
 
 def _slot_label(item: object) -> str | None:
-    return f"{item.task_id} #{item.rollout}" if isinstance(item, Slot) else None
+    return rollout_label(item.task_id, item.rollout) if isinstance(item, Slot) else None
 
 
 def _show_traceback(row: RolloutRow, directory: Path, config: EvalConfig) -> None:

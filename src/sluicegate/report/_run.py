@@ -27,6 +27,7 @@ from ..eval._format import (
     read_rows,
     read_summary,
     read_tasks,
+    rollout_label,
 )
 from ..eval._records import ErrorInfo, TaskRow
 from ..eval._score import finite_score_items
@@ -153,15 +154,6 @@ def task_stats(by_task: Mapping[str, Sequence[float]]) -> ScoreStats | None:
         means = [exact_mean(values) for values in by_task.values() if values]
         n = sum(len(values) for values in by_task.values())
         return ScoreStats(mean=exact_mean(means), n=n, tasks=len(means), clustered=n > len(means))
-
-
-def rollout_label(task_id: str, rollout: int) -> str:
-    """The label of a rollout's run in an evaluation's trace: ``"TASK #ROLLOUT"``.
-
-    The one spelling the report matches a trace's runs to the rows of
-    ``results.jsonl`` by (it is the label ``sluicegate eval --trace`` gives).
-    """
-    return f"{task_id} #{rollout}"
 
 
 _DIGITS: Final = re.compile(r"(\d+)")
