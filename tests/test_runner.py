@@ -14,7 +14,7 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from sluicegate import Done, Drain, DrainStatistics, open_stream, run_stream
+from sluicegate import Done, Drain, DrainStatistics, Window, open_stream, run_stream
 from sluicegate._runner import run_each
 from sluicegate.testing import ProbeError, RunProbe, ScriptedFeed, ScriptedIter, Trace, check_trace
 
@@ -1387,3 +1387,24 @@ async def test_each_run_reads_its_own_pull_index(window: int | None) -> None:
     items = [f"item{n}" for n in range(20)]
     assert await run_stream(items, run, window=window) == [(x, n) for n, x in enumerate(items)]
     assert CURRENT_INDEX.get() == -1
+
+
+@pytest.mark.parametrize("window", [1, 3, None, Window(3)])
+async def test_tasks_a_run_starts_read_its_index(window: int | Window | None) -> None:
+    from sluicegate._runner import CURRENT_INDEX
+
+    seen: list[tuple[int, int]] = []
+
+    async def child(index: int) -> None:
+        await trio.lowlevel.checkpoint()
+        seen.append((index, CURRENT_INDEX.get()))
+
+    async def run(item: int) -> None:
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(child, CURRENT_INDEX.get())
+
+    await run_stream(range(12), run, window=window)
+    assert len(seen) == 36
+    assert all(mine == theirs for mine, theirs in seen)
+    assert sorted({mine for mine, _ in seen}) == list(range(12))

@@ -326,11 +326,46 @@ class WindowLike(Protocol):
 # the policies, because the dispatcher sets it in each of its workers.
 CURRENT_WINDOW: ContextVar[WindowLike | None] = ContextVar("sluicegate_window", default=None)
 
+
+class _RunIndex:
+    """The pull index of the item a dispatcher task runs: one per worker, rewritten per item.
+
+    A ``ContextVar.set()`` per item copies the context's mapping and makes a
+    token (about 1,350 instructions, 4% of a no-op item): the task sets its
+    context variable to this once, and the item's index is an attribute store.
+    """
+
+    __slots__ = ("index",)
+
+    def __init__(self) -> None:
+        # Invariant: the index of the item the owning task runs now, or ran
+        # last; -1 before its first. Written by that task alone, as each run
+        # starts (_Dispatcher._work, _Dispatcher._run_one).
+        self.index = -1
+
+
+_RUN_INDEX: ContextVar[_RunIndex | None] = ContextVar("sluicegate_index", default=None)
+
+
+@final
+class _CurrentIndex:
+    """What :data:`CURRENT_INDEX` is: read with ``CURRENT_INDEX.get()``, like a context variable."""
+
+    __slots__ = ()
+
+    def get(self) -> int:
+        """The pull index of the item the current task is running; -1 outside any run."""
+        cell = _RUN_INDEX.get()
+        return -1 if cell is None else cell.index
+
+
 # The pull index of the item the current task is running: set by the
-# dispatcher before each run, so the layers above (a service's labels, an
+# dispatcher as each run starts, so the layers above (a service's labels, an
 # evaluation's rows, a campaign's numbering) read the one number instead of
-# counting pulls themselves. -1 outside any run.
-CURRENT_INDEX: ContextVar[int] = ContextVar("sluicegate_index", default=-1)
+# counting pulls themselves. -1 outside any run. A task that a run starts in
+# a nursery of its own reads the run's index; one it starts in a nursery
+# from outside the run reads whatever its worker runs by then.
+CURRENT_INDEX = _CurrentIndex()
 
 
 @runtime_checkable
@@ -1201,7 +1236,9 @@ class _Dispatcher(Generic[T, R]):
         now = trio.lowlevel.current_clock().current_time
         # What current_window() answers in the runs of this worker.
         CURRENT_WINDOW.set(places)
-        set_index = CURRENT_INDEX.set
+        # What CURRENT_INDEX answers in the runs of this worker.
+        running = _RunIndex()
+        _RUN_INDEX.set(running)
         try:
             with trio.CancelScope() as scope:
                 # This scope is the one a drain cancels (through the turn) to
@@ -1317,7 +1354,7 @@ class _Dispatcher(Generic[T, R]):
                         continue
                     elif state.workers < window and turn.idle:
                         self._add_worker()
-                    set_index(index)
+                    running.index = index
                     if trace is not None:
                         trace.started(index)
                     try:
@@ -1364,7 +1401,9 @@ class _Dispatcher(Generic[T, R]):
                 if self.state.ending.failure is not None:
                     self._rate.refund()
                     return  # invariant 4
-            CURRENT_INDEX.set(index)
+            running = _RunIndex()
+            running.index = index
+            _RUN_INDEX.set(running)
             if self._trace is not None:
                 self._trace.started(index)
             now = trio.current_time

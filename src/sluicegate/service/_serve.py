@@ -51,11 +51,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, final
 
 import attrs
-import outcome
 import trio
 
 from .._dynamic import SampleSource
-from .._retry import CutShort, Retry, attempt
+from .._retry import Attempts, CutShort, Retry, attempt
 from .._runner import (
     CURRENT_INDEX,
     BindsRun,
@@ -304,8 +303,11 @@ class _Ticket(Generic[T]):
         # outcome someone hears of (on_outcome, a SampleSource); else None.
         # Written by _Service.look_up().
         self.recorded: JournalEntry | None = None
-        # Invariant: the journal batch its row joined, once settled with a
-        # journal; else None. Written by _Service.settle().
+        # Invariant: the journal batch its row joined, from its settle step with
+        # a journal until that batch is committed; else None. Written by
+        # _Service.settle(), cleared by _Service.durable(): the batch holds the
+        # ticket, and the two would otherwise be a cycle that only the garbage
+        # collector frees (1 us an item, docs/performance.md).
         self.batch: Batch | None = None
         # Invariant: made by the first copy of its key that waits for its
         # outcome to be durable, set once it is (or once it ended without
@@ -611,7 +613,7 @@ class _Service(Generic[T]):
         if self.hears_skips:
             assert self.writer is not None
             ticket.recorded = self.writer.entry(name)
-        self.settle(ticket, None, 0, 0.0, 0.0)
+        self.settle(ticket, None, 0.0)
         return False
 
     async def acknowledge(self, ticket: _Ticket[T], *, inline: bool) -> None:
@@ -639,11 +641,11 @@ class _Service(Generic[T]):
         finally:
             self.ack_places.release()
 
-    async def serve_one(self, ticket: _Ticket[T]) -> outcome.Value[Any] | outcome.Error | None:
+    async def serve_one(self, ticket: _Ticket[T]) -> Attempts[Any] | None:
         """Run one item and settle it; None when it was skipped or cut short.
 
-        Returns its outcome, the value or the exception of its last attempt
-        (a :class:`~sluicegate.SampleSource` hears of it through
+        Returns what its attempts made of it, the value or the exception of
+        the last one (a :class:`~sluicegate.SampleSource` hears of it through
         :class:`_GaveUpOn`).
         """
         if ticket.state is _NEW:
@@ -655,14 +657,11 @@ class _Service(Generic[T]):
                     await self.acknowledge(ticket, inline=True)
                 return None
         ticket.state = _RUNNING
-        counters = self.counters
-        counters.started()
-        started = time.time()
-        start = trio.current_time()
+        self.counters.started()
         try:
             tried = await attempt(
-                partial(self.run, ticket.item), retry=self.retry, limit=self.timeout,
-                drain=self.drain, on_retry=self.retrying,
+                self.run, ticket.item, retry=self.retry, limit=self.timeout, drain=self.drain,
+                on_retry=self.retrying,
             )  # fmt: skip
         except CutShort as cut:
             logger.info(
@@ -676,13 +675,13 @@ class _Service(Generic[T]):
             # restart runs it again.
             self.cut_short(ticket)
             raise
-        result = tried.result
-        if self.raises and type(result) is not outcome.Value:
+        if self.raises and tried.error is not None:
             # Not journaled: a restart runs it again.
             self.cut_short(ticket)
-            raise result.error
-        duration = trio.current_time() - start
-        batch = self.settle(ticket, result, tried.attempts, duration, started)
+            raise tried.error
+        # Timed from the first attempt's start, which attempt() read already.
+        duration = trio.current_time() - tried.began
+        batch = self.settle(ticket, tried, duration)
         if batch is not None:
             writer = self.writer
             assert writer is not None
@@ -691,23 +690,18 @@ class _Service(Generic[T]):
             if self.on_outcome is not None or writer.backlogged:
                 await writer.committed(batch)
         if self.on_outcome is not None:
-            await self.on_outcome(self.served(ticket, result, tried.attempts, duration))
-        return result
+            await self.on_outcome(self.served(ticket, tried, duration))
+        return tried
 
     async def serve_value(self, ticket: _Ticket[T]) -> Any:
         """:meth:`serve_one` for a source that binds the run its own way: the value only."""
-        result = await self.serve_one(ticket)
-        return result.value if type(result) is outcome.Value else None
+        tried = await self.serve_one(ticket)
+        return None if tried is None else tried.value
 
     def settle(
-        self,
-        ticket: _Ticket[T],
-        result: outcome.Value[Any] | outcome.Error | None,
-        attempts: int,
-        duration: float,
-        started: float,
+        self, ticket: _Ticket[T], tried: Attempts[Any] | None, duration: float
     ) -> Batch | None:
-        """The one settle step of every outcome: ``result``, or None for a skipped item.
+        """The one settle step of every outcome: ``tried``, or None for a skipped item.
 
         Counts it, logs it and, for an item that ran, queues its row in the
         journal. Returns the batch the row joined (``on_outcome`` waits for
@@ -716,7 +710,7 @@ class _Service(Generic[T]):
         """
         writer = self.writer
         counters = self.counters
-        if result is None:
+        if tried is None:
             assert ticket.state is _LOOKED_UP
             ticket.state = _SETTLED
             if self.debug:
@@ -726,29 +720,33 @@ class _Service(Generic[T]):
             return None
         assert ticket.state is _RUNNING
         ticket.state = _SETTLED
-        if isinstance(result, outcome.Value):
-            ok, value, error = True, result.value, None
-        else:
-            ok, value, error = False, None, result.error
-            logger.warning("%s failed after %d attempt(s): %r", self.label(ticket), attempts, error)
+        error = tried.error
+        if error is not None:
+            logger.warning(
+                "%s failed after %d attempt(s): %r", self.label(ticket), tried.attempts, error
+            )
             report_failure(self.trace, CURRENT_INDEX.get(), error)
         if self.debug:
             logger.debug(
                 "%s %s after %d attempt(s) in %.3f s", self.label(ticket),
-                "ok" if ok else "failed", attempts, duration,
+                "ok" if error is None else "failed", tried.attempts, duration,
             )  # fmt: skip
         if writer is None:
-            counters.finished(duration, ok, False)
-            self.durable((ticket,), 0, 0)
+            counters.finished(duration, error is None, False)
+            self.durable((ticket,), 0, 0)  # durable at once: a queue's item is acknowledged
             return None
         name = ticket.key
         assert name is not None
+        # The row's wall-clock times, read once: it began as long ago as it lasted.
+        finished = time.time()
         if error is None:
-            batch = writer.add_ok(ok_row(name, attempts, value, started, time.time()), ticket)
+            ok = ok_row(name, tried.attempts, tried.value, finished - duration, finished)
+            batch = writer.add_ok(ok, ticket)
         else:
-            batch = writer.add_error(error_row(name, attempts, error, started, time.time()), ticket)
+            failed = error_row(name, tried.attempts, error, finished - duration, finished)
+            batch = writer.add_error(failed, ticket)
         ticket.batch = batch
-        counters.finished(duration, ok, True)
+        counters.finished(duration, error is None, True)
         if ticket.waiters is not None:
             writer.hurry(batch)  # a copy of its key waits for it
         return batch
@@ -775,6 +773,7 @@ class _Service(Generic[T]):
                 # A durable ticket is the one in flight for its key, if any: a
                 # copy is admitted only once it is out (see look_up()).
                 flights.pop(ticket.key, None)  # type: ignore[arg-type]
+                ticket.batch = None
                 if ticket.waiters is not None:
                     ticket.waiters.set()
 
@@ -790,23 +789,23 @@ class _Service(Generic[T]):
             ticket.waiters.set()
 
     def served(
-        self,
-        ticket: _Ticket[T],
-        result: outcome.Value[Any] | outcome.Error | None = None,
-        attempts: int = 0,
-        duration: float = 0.0,
+        self, ticket: _Ticket[T], tried: Attempts[Any] | None = None, duration: float = 0.0
     ) -> ServedItem[T]:
         """What ``on_outcome`` hears of ``ticket``; made only for it, the costliest object here."""
-        if result is None:
+        if tried is None:
             entry = ticket.recorded
             assert entry is not None
             return ServedItem(
                 ticket.item, ticket.key, entry.ok, entry.value, entry.error, entry.attempts,
                 entry.duration_s, True,
             )  # fmt: skip
-        if isinstance(result, outcome.Value):
-            return ServedItem(ticket.item, ticket.key, True, result.value, None, attempts, duration)
-        return ServedItem(ticket.item, ticket.key, False, None, result.error, attempts, duration)
+        if tried.error is None:
+            return ServedItem(
+                ticket.item, ticket.key, True, tried.value, None, tried.attempts, duration
+            )
+        return ServedItem(
+            ticket.item, ticket.key, False, None, tried.error, tried.attempts, duration
+        )
 
     def label(self, ticket: _Ticket[T]) -> str:
         """How log lines name an item: by its key when there is one."""
@@ -980,14 +979,14 @@ class _GaveUpOn(SampleSource[Any, Any]):
     async def next(self) -> Sequence[Any] | None:
         return await self._inner.next()
 
-    async def on_complete(self, ticket: Any, result: Any) -> Sequence[Any] | None:
-        if result is None:
+    async def on_complete(self, ticket: Any, tried: Any) -> Sequence[Any] | None:
+        if tried is None:
             # Cut short by a drain, or skipped: the journal's entry decides.
             return await self._settled(ticket)
-        if type(result) is not outcome.Value:
+        if tried.error is not None:
             await self._inner.on_abandoned(ticket.item)
             return None
-        return await self._inner.on_complete(ticket.item, result.value)
+        return await self._inner.on_complete(ticket.item, tried.value)
 
     async def _settled(self, ticket: Any) -> Sequence[Any] | None:
         entry = ticket.recorded
