@@ -51,7 +51,7 @@ from .._checks import check_count, check_seconds
 from .._util import CLOSE_TIMEOUT, close_source, logger
 from ..sources._address import shown
 from ._rows import ErrorRow, JournalEntry, JournalError, OkRow
-from ._writer import Batch, Durable
+from ._writer import Batch, Durable, GroupCommit
 
 if TYPE_CHECKING:
     import psycopg
@@ -68,10 +68,7 @@ Claim = Literal["mine", "found", "held", "later"]
 _MARK = "sluicegate journal"
 _FORMAT = 1
 _CONNECT_TIMEOUT = 10  # seconds before a connection that does not come is an error
-_GROUP_ROWS = 256  # rows that make a commit due when nobody waits for one
-_GROUP_S = 0.02  # how long rows nobody waits for may stay uncommitted
 _BACKLOG = 4096  # uncommitted rows, at least, before whoever adds one waits for its commit
-_LAST_COMMIT_S = 1.0  # how long a cancelled service tries to commit what finished
 _RECHECK_S = 0.25  # the most a key set aside waits before it is looked at again
 _MOST_SET_ASIDE = 4096  # keys set aside (held elsewhere) before the admission stops pulling
 _FOUND_KEPT = 4096  # outcomes found by claims, kept for the lookups that follow
@@ -537,14 +534,12 @@ class PostgresJournal:
         )
 
 
-class PostgresWriter:
+class PostgresWriter(GroupCommit):
     """A :class:`PostgresJournal` opened by one service: claims, lookups and grouped commits.
 
     It is the SQLite :class:`~._writer.JournalWriter`'s counterpart behind
-    :class:`~._writer.OpenJournal`: rows join the pending batch and the
-    writer task (:meth:`run`) commits a batch in one statement, at once when
-    someone waits for one of its rows, else once ``_GROUP_ROWS`` are there or
-    ``_GROUP_S`` passed; after each commit it tells ``on_durable``. Lookups
+    :class:`~._writer.OpenJournal`: a :class:`~._writer.GroupCommit` whose
+    writer task (:meth:`run`) commits a group of rows in one statement. Lookups
     are answered from what the claims found (:meth:`admitted`), so they make
     no round trip. The writer task also renews the leases of the keys held.
     """
@@ -559,40 +554,22 @@ class PostgresWriter:
         backlog: int,
         on_durable: Durable | None,
     ) -> None:
+        # A commit is a round trip (and a wait for the server's disk): rows
+        # keep coming meanwhile, so more of them may wait than in SQLite.
+        super().__init__(journal.label, backlog=max(backlog, _BACKLOG), on_durable=on_durable)
         # The journal, its connections and what the service asked for: set
         # here, never changed (aclose() closes the connections). The claiming
         # connection is the claims' (one at a time, _claim_lock), the
         # committing one the commits', renewals' and releases' (_commit_lock);
         # the reading one is used on the trio thread only.
         self.journal = journal
-        self.label: str = journal.label
         self.consumer: str = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._claiming = claiming
         self._committing = committing
         self._reading = reading
         self._lease = journal.lease
         self._batch = journal.batch
-        # A commit is a round trip (and a wait for the server's disk): rows
-        # keep coming meanwhile, so more of them may wait than in SQLite.
-        self._backlog = max(backlog, _BACKLOG)
-        self._on_durable = on_durable
         self._claim_lock = trio.Lock()
-        self._commit_lock = trio.Lock()
-        # Invariant: the batch rows join now; replaced by _commit_pending()
-        # alone (given back there if that commit is cancelled).
-        self._pending = Batch()
-        # Invariant: == len(self._pending); written with _pending only.
-        self._queued = 0
-        # Invariant: someone waits for the pending batch; set by hurry(),
-        # cleared when the batch is taken.
-        self._awaited = False
-        # Invariant: batches whose commit a cancellation interrupted, oldest first.
-        self._stranded: list[Batch] = []
-        # Invariant: set when the writer task has a reason to look again;
-        # replaced by run() alone.
-        self._wake = trio.Event()
-        # Invariant: a commit failed; latched, so the last try commits nothing more.
-        self._broken = False
         # Keys claimed here whose outcome is not committed: added by claim(),
         # removed by a commit, a release or a lost lease. Invariant: each is
         # claimed by this service on the server, or was until its lease was lost.
@@ -738,44 +715,6 @@ class PostgresWriter:
                         self.label, len(lost),
                     )  # fmt: skip
 
-    # -- rows ------------------------------------------------------------------------
-
-    def add_ok(self, row: OkRow, attached: object) -> Batch:
-        """Queue a success for the next commit; ``attached`` goes to ``on_durable`` after it."""
-        batch = self._pending
-        batch.oks.append(row)
-        batch.attached.append(attached)
-        return self._added(batch)
-
-    def add_error(self, row: ErrorRow, attached: object) -> Batch:
-        """Queue a failure for the next commit (see :meth:`add_ok`)."""
-        batch = self._pending
-        batch.errors.append(row)
-        batch.attached.append(attached)
-        return self._added(batch)
-
-    def _added(self, batch: Batch) -> Batch:
-        self._queued += 1
-        if self._queued == 1 or self._queued == _GROUP_ROWS:
-            self._wake.set()
-        return batch
-
-    @property
-    def backlogged(self) -> bool:
-        """Whether so many rows wait for a commit that whoever adds more should wait too."""
-        return self._queued >= self._backlog
-
-    def hurry(self, batch: Batch) -> None:
-        """Make ``batch``'s commit due at once: someone waits for it."""
-        if batch is self._pending and not self._awaited:
-            self._awaited = True
-            self._wake.set()
-
-    async def committed(self, batch: Batch) -> None:
-        """Return once ``batch`` is committed; waiting makes its commit due at once."""
-        self.hurry(batch)
-        await batch.done.wait()
-
     # -- the writer task -------------------------------------------------------------
 
     async def run(self) -> None:
@@ -788,54 +727,14 @@ class PostgresWriter:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 nursery.start_soon(self._renew_forever)
-                while True:
-                    if not self._queued:
-                        await self._wake.wait()
-                        self._wake = trio.Event()
-                        continue
-                    if not self._awaited and self._queued < _GROUP_ROWS:
-                        with trio.move_on_after(_GROUP_S):
-                            await self._wake.wait()
-                    self._wake = trio.Event()
-                    await self._flush()
+                await self._commit_forever()
         finally:
             self.nursery = None
-            if (self._queued or self._stranded) and not self._broken:
-                with trio.move_on_after(_LAST_COMMIT_S) as last:
-                    last.shield = True
-                    await self._flush()
+            await self._commit_what_is_left()
 
-    async def flush(self) -> None:
-        """Commit what is pending now, as a service ends normally."""
-        if self._queued or self._stranded:
-            await self._flush()
-
-    async def _flush(self) -> None:
-        async with self._commit_lock:
-            if self._queued or self._stranded:
-                await self._commit_pending()
-
-    async def _commit_pending(self) -> None:
-        batches = [*self._stranded, self._pending]
-        self._stranded = []
-        self._pending = Batch()
-        self._queued = 0
-        self._awaited = False
-        try:
-            keys = await _in_thread(self._record, batches)
-        except trio.Cancelled:
-            self._stranded = batches
-            raise
-        except Exception as exc:
-            self._broken = True
-            rows = sum(map(len, batches))
-            raise JournalError(f"{self.label}: could not record {rows} item(s): {exc}") from exc
-        for key in keys:
+    async def _commit_batches(self, batches: list[Batch]) -> None:
+        for key in await _in_thread(self._record, batches):
             self.held.pop(key, None)
-        for batch in batches:
-            if self._on_durable is not None:
-                self._on_durable(batch.attached, len(batch.oks), len(batch.errors))
-            batch.done.set()
 
     def _record(self, batches: list[Batch]) -> list[str]:
         """Commit ``batches``' rows in one statement; their keys.

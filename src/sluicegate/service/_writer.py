@@ -62,6 +62,7 @@ __all__ = [
     "WAL_BYTES",
     "Batch",
     "Durable",
+    "GroupCommit",
     "JournalWriter",
     "OpenJournal",
     "connect_writer",
@@ -73,6 +74,7 @@ BUSY_TIMEOUT_S = 30.0
 POLL_S = 0.05
 _GROUP_ROWS = 256  # rows that make a commit due when nobody waits for one
 _GROUP_S = 0.02  # how long rows nobody waits for may stay uncommitted
+_LAST_COMMIT_S = 1.0  # how long a cancelled service tries to commit what finished
 WAL_BYTES = 4 << 20  # WAL size that makes a checkpoint due; what a restarted WAL is cut to
 
 Durable = Callable[[Sequence[Any], int, int], None]
@@ -104,7 +106,7 @@ def connect_writer(path: Path, synchronous: str) -> sqlite3.Connection:
 class Batch:
     """Rows waiting for one commit; ``done`` is set once it is committed.
 
-    Written only by its :class:`JournalWriter`: rows join the pending batch
+    Written only by its :class:`GroupCommit`: rows join the pending batch
     through ``add_ok``/``add_error``, each with what its adder attached.
     """
 
@@ -179,43 +181,28 @@ class OpenJournal(Protocol):
         """Let go of the journal."""
 
 
-class JournalWriter:
-    """A journal opened by one service: lookups, and a writer task that commits in groups.
+class GroupCommit:
+    """Rows queued for one writer task that commits them in groups: each journal's writer is one.
 
-    Whoever adds a row decides whether to wait for its commit: a service that
+    A row joins the pending batch (:meth:`add_ok`, :meth:`add_error`); the
+    writer task (:meth:`_commit_forever`) commits the batch at once when
+    someone waits for one of its rows, else once ``_GROUP_ROWS`` are queued
+    or ``_GROUP_S`` passed, and after each commit tells ``on_durable``. Whoever
+    adds a row decides whether to wait for its commit: a service that
     acknowledges items upstream must; one that does not need not, and only
     waits once :attr:`backlogged` rows pile up, which keeps memory bounded.
 
-    Args:
-        path: The journal file (for messages).
-        reader: The connection of the trio thread's lookups.
-        writer: The connection worker threads commit with.
-        backlog: How many uncommitted rows make :attr:`backlogged` true.
-        on_durable: Called on the trio thread after each commit (see
-            :data:`Durable`).
+    A journal's writer says how batches are committed (:meth:`_commit_batches`)
+    and what its task does between two commits (:meth:`_between_commits`).
     """
 
-    def __init__(
-        self,
-        path: Path,
-        reader: sqlite3.Connection,
-        writer: sqlite3.Connection,
-        *,
-        backlog: int,
-        synchronous: str = "normal",
-        on_durable: Durable | None = None,
-    ) -> None:
-        # The file, its connections and what the service asked for: set here,
-        # never changed (close() closes the connections).
-        self.path = path
-        self.label: str = display(path)
-        self._wal = f"{os.fsdecode(path)}-wal"
-        self._commit_here = synchronous == "normal"
-        self._reader = reader
-        self._lookups = reader.cursor()  # one cursor for every lookup: none to make each time
-        self._writer = writer
+    def __init__(self, label: str, *, backlog: int, on_durable: Durable | None) -> None:
+        # Set here, never changed.
+        self.label: str = label
         self._backlog = backlog
         self._on_durable = on_durable
+        # One commit at a time: the writer task's, a flush's, or the service's last one.
+        self._commit_lock = trio.Lock()
         # Invariant: the batch rows join now; replaced by _commit_pending()
         # alone, as it takes the batch to commit it (and given back there if
         # that commit is cancelled).
@@ -229,37 +216,11 @@ class JournalWriter:
         # first; committed before the pending one (the last try at close).
         self._stranded: list[Batch] = []
         # Invariant: set when the writer task has a reason to look again (a
-        # first row, a full group, a hurry); replaced by run() alone.
+        # first row, a full group, a hurry); replaced by _commit_forever() alone.
         self._wake = trio.Event()
-        # Invariant: a commit or checkpoint failed; latched, so the last try
-        # at close commits nothing more.
+        # Invariant: a commit (or the writer's own upkeep) failed; latched, so
+        # the last try at close commits nothing more. Set by whatever failed.
         self._broken = False
-        # One commit (or checkpoint) at a time on the writer connection: the
-        # writer task's, a flush's, or the service's last one.
-        self._committing = trio.Lock()
-        # Lookups hold no read transaction between them: one held would keep
-        # the WAL from starting again for every service on the journal
-        # (measured: 46 MB of WAL with two services, instead of 4 MB).
-
-    # -- lookups -------------------------------------------------------------------------
-
-    def statuses(self, keys: list[str]) -> dict[str, str]:
-        """The status of each of ``keys`` that is committed, in one read."""
-        stored = list(map(stored_key, keys))
-        rows = self._lookups.execute(statuses_query(len(stored)), stored).fetchall()
-        # Most keys a service looks up are new: nothing found, nothing to convert.
-        return {loaded_key(name): status for name, status in rows} if rows else {}
-
-    def entry(self, key: str) -> JournalEntry | None:
-        """The entry committed for ``key``, or None."""
-        row = self._lookups.execute(LOOKUP, (stored_key(key),)).fetchone()
-        return None if row is None else JournalEntry.from_row(row)
-
-    def admitted(
-        self, source: Any, key: Callable[[Any], str], rerun_errors: bool
-    ) -> tuple[Any, Callable[[Any], str]]:
-        """``source`` and ``key`` as they are: one host's journal claims nothing."""
-        return source, key
 
     # -- rows ----------------------------------------------------------------------------
 
@@ -309,33 +270,30 @@ class JournalWriter:
 
     # -- the writer task -----------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Commit pending rows until cancelled; then, for up to a second, what is left.
-
-        Raises:
-            JournalError: a commit failed (the disk is full, say); the
-                service must stop, since nothing more can be recorded.
-        """
-        try:
-            while True:
-                if not self._queued:
-                    await self._wake.wait()
-                    self._wake = trio.Event()
-                    continue
-                if not self._awaited and self._queued < _GROUP_ROWS:
-                    with trio.move_on_after(_GROUP_S):
-                        await self._wake.wait()
+    async def _commit_forever(self) -> None:
+        """Commit pending rows as they become due, until cancelled."""
+        while True:
+            if not self._queued:
+                await self._wake.wait()
                 self._wake = trio.Event()
+                continue
+            if not self._awaited and self._queued < _GROUP_ROWS:
+                with trio.move_on_after(_GROUP_S):
+                    await self._wake.wait()
+            self._wake = trio.Event()
+            await self._flush()
+            await self._between_commits()
+
+    async def _commit_what_is_left(self) -> None:
+        """As the writer task ends, commit the rows of items that finished.
+
+        Only if the lock can be had within ``_LAST_COMMIT_S``: else they run
+        again after a restart.
+        """
+        if (self._queued or self._stranded) and not self._broken:
+            with trio.move_on_after(_LAST_COMMIT_S) as last:
+                last.shield = True
                 await self._flush()
-                if _file_size(self._wal) > WAL_BYTES:
-                    await self._checkpoint_between_commits()
-        finally:
-            if (self._queued or self._stranded) and not self._broken:
-                # Rows of items that finished: committed if the lock can be
-                # had within a second, else they run again after a restart.
-                with trio.move_on_after(_LAST_COMMIT_S) as last:
-                    last.shield = True
-                    await self._flush()
 
     async def flush(self) -> None:
         """Commit what is pending now, as a service ends normally."""
@@ -343,7 +301,7 @@ class JournalWriter:
             await self._flush()
 
     async def _flush(self) -> None:
-        async with self._committing:
+        async with self._commit_lock:
             if self._queued or self._stranded:
                 await self._commit_pending()
 
@@ -354,8 +312,7 @@ class JournalWriter:
         self._queued = 0
         self._awaited = False
         try:
-            if not (self._commit_here and self._commit_now(batches)):
-                await trio.to_thread.run_sync(self._commit, batches)
+            await self._commit_batches(batches)
         except trio.Cancelled:
             # Not committed: the last try may still commit them.
             self._stranded = batches
@@ -368,6 +325,95 @@ class JournalWriter:
             if self._on_durable is not None:
                 self._on_durable(batch.attached, len(batch.oks), len(batch.errors))
             batch.done.set()
+
+    async def _commit_batches(self, batches: list[Batch]) -> None:
+        """Commit ``batches``' rows, all or none; the lock is held."""
+        raise NotImplementedError
+
+    async def _between_commits(self) -> None:
+        """The writer task's upkeep after a commit (none here)."""
+
+
+class JournalWriter(GroupCommit):
+    """A journal opened by one service: lookups, and a writer task that commits in groups.
+
+    Between two commits its task copies the WAL into the database once the
+    WAL outgrows ``WAL_BYTES`` (a checkpoint holds the commit lock, so no
+    commit of ours runs meanwhile).
+
+    Args:
+        path: The journal file (for messages).
+        reader: The connection of the trio thread's lookups.
+        writer: The connection worker threads commit with.
+        backlog: How many uncommitted rows make :attr:`backlogged` true.
+        on_durable: Called on the trio thread after each commit (see
+            :data:`Durable`).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        reader: sqlite3.Connection,
+        writer: sqlite3.Connection,
+        *,
+        backlog: int,
+        synchronous: str = "normal",
+        on_durable: Durable | None = None,
+    ) -> None:
+        super().__init__(display(path), backlog=backlog, on_durable=on_durable)
+        # The file, its connections and what the service asked for: set here,
+        # never changed (close() closes the connections).
+        self.path = path
+        self._wal = f"{os.fsdecode(path)}-wal"
+        self._commit_here = synchronous == "normal"
+        self._reader = reader
+        self._lookups = reader.cursor()  # one cursor for every lookup: none to make each time
+        self._writer = writer
+        # Lookups hold no read transaction between them: one held would keep
+        # the WAL from starting again for every service on the journal
+        # (measured: 46 MB of WAL with two services, instead of 4 MB).
+
+    # -- lookups -------------------------------------------------------------------------
+
+    def statuses(self, keys: list[str]) -> dict[str, str]:
+        """The status of each of ``keys`` that is committed, in one read."""
+        stored = list(map(stored_key, keys))
+        rows = self._lookups.execute(statuses_query(len(stored)), stored).fetchall()
+        # Most keys a service looks up are new: nothing found, nothing to convert.
+        return {loaded_key(name): status for name, status in rows} if rows else {}
+
+    def entry(self, key: str) -> JournalEntry | None:
+        """The entry committed for ``key``, or None."""
+        row = self._lookups.execute(LOOKUP, (stored_key(key),)).fetchone()
+        return None if row is None else JournalEntry.from_row(row)
+
+    def admitted(
+        self, source: Any, key: Callable[[Any], str], rerun_errors: bool
+    ) -> tuple[Any, Callable[[Any], str]]:
+        """``source`` and ``key`` as they are: one host's journal claims nothing."""
+        return source, key
+
+    # -- the writer task -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Commit pending rows until cancelled; then, for up to a second, what is left.
+
+        Raises:
+            JournalError: a commit failed (the disk is full, say); the
+                service must stop, since nothing more can be recorded.
+        """
+        try:
+            await self._commit_forever()
+        finally:
+            await self._commit_what_is_left()
+
+    async def _commit_batches(self, batches: list[Batch]) -> None:
+        if not (self._commit_here and self._commit_now(batches)):
+            await trio.to_thread.run_sync(self._commit, batches)
+
+    async def _between_commits(self) -> None:
+        if _file_size(self._wal) > WAL_BYTES:
+            await self._checkpoint_between_commits()
 
     def _commit_now(self, batches: list[Batch]) -> bool:
         """Commit ``batches`` on the trio thread; False if another connection holds the lock."""
@@ -418,7 +464,7 @@ class JournalWriter:
         so it completes unless another connection does, and our next commit
         starts the WAL again.
         """
-        async with self._committing:
+        async with self._commit_lock:
             try:
                 await trio.to_thread.run_sync(self._checkpoint)
             except sqlite3.Error as exc:
@@ -461,7 +507,6 @@ class JournalWriter:
             raise JournalError(f"{self.label}: could not close it: {exc}") from exc
 
 
-_LAST_COMMIT_S = 1.0
 _CHECKPOINT_WAIT_S = 1.0
 
 
