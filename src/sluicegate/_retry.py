@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar, TypeVarTuple, final
+from typing import Any, Generic, TypeVar, TypeVarTuple, final
 
 import attrs
 import outcome
@@ -22,7 +22,7 @@ import trio
 from ._adaptive import AdaptiveWindow
 from ._checks import check_count, check_seconds
 from ._overload import retry_after
-from ._runner import CURRENT_WINDOW, Drain
+from ._runner import CURRENT_WINDOW, Drain, mark_observed
 
 __all__ = ["Attempts", "CutShort", "Retry", "attempt"]
 
@@ -304,28 +304,50 @@ async def attempt(
             else:
                 window.observe(elapsed, error)
         if retry is None:
-            return Attempts(None, error, len(failures), began, tuple(failures[:-1]))
+            return _given_up(window, error, len(failures), began, tuple(failures[:-1]))
         try:
             again = retry.retries(error, len(failures))
         except Exception as broken:
             # The policy itself failed (a retry_on that meets an error it did
             # not expect): the item fails with that, chained to its own
             # error, and whoever runs items goes on to the next.
-            return Attempts(None, broken, len(failures), began, tuple(failures[:-1]))
+            return _given_up(window, broken, len(failures), began, tuple(failures[:-1]))
         if not again:
-            return Attempts(None, error, len(failures), began, tuple(failures[:-1]))
+            return _given_up(window, error, len(failures), began, tuple(failures[:-1]))
         wait = retry.wait(error, len(failures))
         if retry.timeout is not None and trio.current_time() + wait > began + retry.timeout:
             # The budget would run out before the next attempt could start.
-            return Attempts(None, error, len(failures), began, tuple(failures[:-1]))
+            return _given_up(window, error, len(failures), began, tuple(failures[:-1]))
         if drain is not None:
             if drain.requested:
-                raise CutShort(len(failures), error)
+                raise _cut_short(window, len(failures), error)
             with trio.move_on_after(wait):
                 await drain.wait()
             if drain.requested:
-                raise CutShort(len(failures), error)
+                raise _cut_short(window, len(failures), error)
         else:
             await trio.sleep(wait)
         if on_retry is not None:
             on_retry()
+
+
+def _given_up(
+    window: object,
+    error: Exception,
+    attempts: int,
+    began: float,
+    earlier: tuple[BaseException, ...],
+) -> Attempts[Any]:
+    """The run's result once no attempt is left: its last failure, which the window heard."""
+    if window is not None:
+        # The window was told of this failure above; the dispatcher, seeing
+        # the run return, must not tell it the run succeeded.
+        mark_observed()
+    return Attempts(None, error, attempts, began, earlier)
+
+
+def _cut_short(window: object, attempts: int, error: BaseException) -> CutShort:
+    """A drain ended the wait for a retry: the run ends with no outcome for the window to hear."""
+    if window is not None:
+        mark_observed()
+    return CutShort(attempts, error)

@@ -90,6 +90,7 @@ __all__ = [
     "run_stream",
     "WindowLike",
     "check_stream_arguments",
+    "mark_observed",
 ]
 
 T = TypeVar("T")
@@ -335,13 +336,18 @@ class _RunIndex:
     context variable to this once, and the item's index is an attribute store.
     """
 
-    __slots__ = ("index",)
+    __slots__ = ("index", "observed")
 
     def __init__(self) -> None:
         # Invariant: the index of the item the owning task runs now, or ran
         # last; -1 before its first. Written by that task alone, as each run
         # starts (_Dispatcher._work, _Dispatcher._run_one).
         self.index = -1
+        # Invariant: the window object already heard how the current run
+        # ended, so the dispatcher tells it nothing more. Cleared by the
+        # owning task as each run starts; set only by mark_observed(), from
+        # inside the run.
+        self.observed = False
 
 
 _RUN_INDEX: ContextVar[_RunIndex | None] = ContextVar("sluicegate_index", default=None)
@@ -357,6 +363,19 @@ class _CurrentIndex:
         """The pull index of the item the current task is running; -1 outside any run."""
         cell = _RUN_INDEX.get()
         return -1 if cell is None else cell.index
+
+
+def mark_observed() -> None:
+    """Say, from inside a run, that its window object has heard how the run ended.
+
+    For a retry loop that told the window of the run's last failed attempt
+    and hands that failure back as a value rather than raising it: the
+    dispatcher, which sees the run return, must not tell the window that it
+    succeeded. Outside any run it does nothing.
+    """
+    cell = _RUN_INDEX.get()
+    if cell is not None:
+        cell.observed = True
 
 
 # The pull index of the item the current task is running: set by the
@@ -1138,13 +1157,16 @@ class _Dispatcher(Generic[T, R]):
 
     # -- running ------------------------------------------------------------------
 
-    def _ran(self, elapsed: float, error: BaseException | None) -> None:
-        """A run under a window object returned or raised: free its place, tell the window."""
+    def _ran(self, elapsed: float, error: BaseException | None, observed: bool = False) -> None:
+        """A run under a window object returned or raised: free its place, tell the window.
+
+        ``observed``: the window heard how it ended already (mark_observed()).
+        """
         places = self.places
         assert places is not None
         if error is not None or not self._held_until_taken:
             self.turn.give_back()  # else the consumer frees it (invariant 2)
-        if error is None or not isinstance(error, trio.Cancelled):
+        if not observed and (error is None or not isinstance(error, trio.Cancelled)):
             places.observe(elapsed, error)
 
     def _on_grow(self) -> None:
@@ -1355,6 +1377,7 @@ class _Dispatcher(Generic[T, R]):
                     elif state.workers < window and turn.idle:
                         self._add_worker()
                     running.index = index
+                    running.observed = False
                     if trace is not None:
                         trace.started(index)
                     try:
@@ -1369,7 +1392,7 @@ class _Dispatcher(Generic[T, R]):
                     if trace is not None:
                         trace.finished(index, None)
                     if places is not None:
-                        self._ran(now() - began, None)
+                        self._ran(now() - began, None, running.observed)
                         keep(index, item, value)
                         if state.workers > places.size:
                             # The window shrank: this worker is one too many.
@@ -1420,7 +1443,7 @@ class _Dispatcher(Generic[T, R]):
             if self._trace is not None:
                 self._trace.finished(index, None)
             if self.places is not None:
-                self._ran(now() - began, None)
+                self._ran(now() - began, None, running.observed)
             self.handover.keep(index, item, value)
         finally:
             self._exited()

@@ -286,7 +286,9 @@ class Window:
         """Hear how one run, or one attempt inside it, ended; the base window ignores it.
 
         The dispatcher calls it once for every run that returned or raised
-        (not for one cut by cancellation), with its duration on trio's clock;
+        (not for one cut by cancellation, nor for one whose retry loop told
+        it of its last failed attempt and returned that failure as a value),
+        with its duration on trio's clock;
         the retry loop calls it for each failed attempt, with the time since
         the run's first attempt began (``now - elapsed`` is when the run
         began, either way). An adaptive window sizes itself from these (and
