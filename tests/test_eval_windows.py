@@ -16,9 +16,15 @@ from eval_helpers import ENVS, Env, rows, run_json, static
 from sluicegate import AdaptiveWindow, Drain, Task, Window, serve
 from sluicegate.cli import main
 from sluicegate.eval import evaluate
+from sluicegate.testing import RunProbe
 from upstream import SimulatedUpstream
 
 ALIVE = f"{ENVS / 'alive.py'}:env"
+
+
+def _one_second_rollouts() -> RunProbe[Task]:
+    """One-second rollouts that return their task's input; ``peak``: the most at once."""
+    return RunProbe(durations=lambda task: 1.0, value=lambda task: task.input)
 
 
 async def test_one_window_bounds_an_evaluation_and_a_service_together(
@@ -62,15 +68,7 @@ async def test_one_window_bounds_two_evaluations_together(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
     window = Window(2)
-    alive = peak = 0
-
-    async def rollout(task: Task) -> Any:
-        nonlocal alive, peak
-        alive += 1
-        peak = max(peak, alive)
-        await trio.sleep(1)
-        alive -= 1
-        return task.input
+    rollout = _one_second_rollouts()
 
     async def one(name: str) -> None:
         await evaluate(Env(static(6), rollout), concurrency=window, output_dir=tmp_path / name)
@@ -78,7 +76,7 @@ async def test_one_window_bounds_two_evaluations_together(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(one, "a")
         nursery.start_soon(one, "b")
-    assert peak == 2
+    assert rollout.peak == 2
     assert trio.current_time() <= 7  # 12 one-second rollouts, two at a time
     assert len(rows(tmp_path / "a")) == len(rows(tmp_path / "b")) == 6
 
@@ -87,15 +85,7 @@ async def test_a_window_resized_during_the_evaluation_takes_effect_and_is_record
     tmp_path: Path, autojump_clock: Any
 ) -> None:
     window = Window(2)
-    alive = peak = 0
-
-    async def rollout(task: Task) -> Any:
-        nonlocal alive, peak
-        alive += 1
-        peak = max(peak, alive)
-        await trio.sleep(1)
-        alive -= 1
-        return task.input
+    rollout = _one_second_rollouts()
 
     async def widen() -> None:
         await trio.sleep(2.5)
@@ -105,7 +95,7 @@ async def test_a_window_resized_during_the_evaluation_takes_effect_and_is_record
     async with trio.open_nursery() as nursery:
         nursery.start_soon(widen)
         await evaluate(Env(static(20), rollout), concurrency=window, output_dir=out)
-    assert peak == 5
+    assert rollout.peak == 5
     record = run_json(out)
     assert record["config"]["concurrency"] == 2  # the size as the session started
     assert [change["size"] for change in record["window"]] == [5]
