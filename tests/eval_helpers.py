@@ -1,8 +1,12 @@
-"""What the evaluation tests share: a small environment and readers of a run's files."""
+"""What the evaluation tests share: a small environment, readers of a run's files, and
+``sluicegate eval`` in a process of its own."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +17,25 @@ from sluicegate import Task, Taskset
 from sluicegate.cli import main
 
 ENVS = Path(__file__).parent / "eval_envs"
+
+
+def eval_command(*argv: str, limit: int = 60) -> list[str]:
+    """``sluicegate eval`` with ``argv``, killed after ``limit`` seconds whatever it does."""
+    return ["timeout", "-s", "KILL", str(limit), sys.executable, "-m", "sluicegate", "eval", *argv]
+
+
+def run_eval(
+    tmp_path: Path, *argv: str, limit: int = 60, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    """Run :func:`eval_command` in ``tmp_path`` to its end, with ``extra`` in its environment."""
+    return subprocess.run(
+        eval_command(*argv, limit=limit),
+        cwd=tmp_path,
+        env={**os.environ, **extra},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def rows(out: Path) -> list[dict[str, Any]]:

@@ -14,43 +14,24 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from eval_helpers import eval_command, run_eval
 
 ROOT = Path(__file__).parent.parent
 ENVS = Path(__file__).parent / "eval_envs"
 SIGNALS = f"{ENVS / 'signals.py'}:env"
-LIMIT = "60"
 # timeout(1) passes a child's death by a signal on by dying of it too.
 KILLED = (-signal.SIGKILL, 128 + signal.SIGKILL)
-
-
-def command(*argv: str) -> list[str]:
-    return ["timeout", "-s", "KILL", LIMIT, sys.executable, "-m", "sluicegate", "eval", *argv]
-
-
-def environ(**extra: str) -> dict[str, str]:
-    return {**os.environ, **extra}
-
-
-def sluicegate(tmp_path: Path, *argv: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        command(*argv),
-        cwd=tmp_path,
-        env=environ(**extra),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
 
 
 def start(tmp_path: Path, *argv: str, **extra: str) -> subprocess.Popen[str]:
     """``sluicegate eval`` in the background, its output on pipes."""
     return subprocess.Popen(
-        command(*argv),
+        eval_command(*argv),
         cwd=tmp_path,
-        env=environ(**extra),
+        env={**os.environ, **extra},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -66,7 +47,7 @@ def record(out: Path) -> dict[str, Any]:
 
 
 def test_exit_statuses_and_files(tmp_path: Path) -> None:
-    done = sluicegate(tmp_path, f"{ROOT / 'examples' / 'arithmetic.py'}:env", "-n", "4", "-r", "2")
+    done = run_eval(tmp_path, f"{ROOT / 'examples' / 'arithmetic.py'}:env", "-n", "4", "-r", "2")
     assert done.returncode == 0, done.stderr
     [out] = (tmp_path / "runs").iterdir()  # the default output directory
     assert out.name.endswith("-arithmetic")
@@ -74,17 +55,17 @@ def test_exit_statuses_and_files(tmp_path: Path) -> None:
     assert record(out)["stop_reason"] == "completed"
     assert "completed, passed: " in done.stdout  # plain display off a terminal
 
-    failed = sluicegate(tmp_path, SIGNALS, "-o", "failed", "--display", "none", EVAL_FAIL_ODD="1")
+    failed = run_eval(tmp_path, SIGNALS, "-o", "failed", "--display", "none", EVAL_FAIL_ODD="1")
     assert failed.returncode == 1
     assert record(tmp_path / "failed")["stop_reason"] == "failed"
     assert "--fail-on-error" in failed.stderr
     assert re.search(r"task (\d+) rollout 0 failed: ValueError: odd task \1\n", failed.stderr)
 
-    usage = sluicegate(tmp_path, f"{ENVS / 'shapes.py'}:no_taskset")
+    usage = run_eval(tmp_path, f"{ENVS / 'shapes.py'}:no_taskset")
     assert usage.returncode == 2
     assert "no taskset" in usage.stderr
 
-    feed = sluicegate(tmp_path, f"{ROOT / 'examples' / 'live_feed.py'}:env", "-o", "feed")
+    feed = run_eval(tmp_path, f"{ROOT / 'examples' / 'live_feed.py'}:env", "-o", "feed")
     assert feed.returncode == 2
     assert "-n/--num-tasks" in feed.stderr
     assert not (tmp_path / "feed").exists()
@@ -93,7 +74,7 @@ def test_exit_statuses_and_files(tmp_path: Path) -> None:
 def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     argv = (SIGNALS, "-r", "2", "-c", "3", "-o", str(out), "--display", "none")
-    killed = sluicegate(tmp_path, *argv, EVAL_KILL_AT="7")
+    killed = run_eval(tmp_path, *argv, EVAL_KILL_AT="7")
     assert killed.returncode in KILLED
     before = rows(out)
     assert 0 < len(before) < 24
@@ -103,7 +84,7 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path: Path) -> No
         file.write('{"task_id": "9", "rollout": 1, "sta')
 
     # --resume alone: the target and the flags come from run.json.
-    resumed = sluicegate(tmp_path, "--resume", str(out), "--display", "none")
+    resumed = run_eval(tmp_path, "--resume", str(out), "--display", "none")
     assert resumed.returncode == 0, resumed.stderr
     after = rows(out)
     assert after[: len(before)] == before
@@ -121,7 +102,7 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path: Path) -> No
 
 def test_sigint_drains_then_exits_130(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = sluicegate(
+    done = run_eval(
         tmp_path, SIGNALS, "-c", "2", "-o", str(out), "--display", "plain", EVAL_SIGINT_AT="3"
     )
     assert done.returncode == 130, done.stderr
@@ -139,7 +120,7 @@ def test_a_second_sigint_cancels_and_later_ones_are_absorbed(tmp_path: Path) -> 
     # sends three more while that cancellation unwinds (breakage 1).
     out = tmp_path / "out"
     argv = (SIGNALS, "-c", "2", "-o", str(out), "--display", "none")
-    done = sluicegate(tmp_path, *argv, EVAL_SIGINT_AT="3", EVAL_SIGINT_TWICE="1")
+    done = run_eval(tmp_path, *argv, EVAL_SIGINT_AT="3", EVAL_SIGINT_TWICE="1")
     assert done.returncode == 130, done.stderr
     assert "Traceback" not in done.stderr
     assert record(out)["stop_reason"] == "interrupted"
@@ -187,6 +168,6 @@ def test_a_kill_or_a_signal_during_load_leaves_nothing_or_a_resumable_run(
         else:
             assert process.returncode == 130
             assert record(tmp_path / "out")["stop_reason"] == "interrupted"
-    resumed = sluicegate(tmp_path, "--resume", "out", "--display", "none")
+    resumed = run_eval(tmp_path, "--resume", "out", "--display", "none")
     assert resumed.returncode == 0, resumed.stderr
     assert len(rows(tmp_path / "out")) == 12

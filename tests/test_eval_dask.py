@@ -17,9 +17,8 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -29,6 +28,7 @@ import trio
 from distributed import Client
 
 import dask
+from eval_helpers import run_eval
 from sluicegate import Drain, Task, Taskset
 from sluicegate.dask import open_dask
 from sluicegate.eval import evaluate
@@ -343,18 +343,8 @@ async def test_the_environment_runs_in_worker_processes(tmp_path: Path) -> None:
 
 # -- the command --------------------------------------------------------------
 
-LIMIT = "90"
-
-
-def sluicegate(tmp_path: Path, *argv: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["timeout", "-s", "KILL", LIMIT, sys.executable, "-m", "sluicegate", "eval", *argv],
-        cwd=tmp_path,
-        env={**os.environ, **extra},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+# A local cluster takes longer to start than the other eval commands' 60 s allow for.
+sluicegate = partial(run_eval, limit=90)
 
 
 def test_eval_dask_local_gives_the_rows_of_a_local_run(tmp_path: Path) -> None:

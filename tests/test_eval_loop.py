@@ -8,20 +8,17 @@ the signal tests run it as a subprocess, as tests/test_eval_cli.py does.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from eval_helpers import run_eval
 from sluicegate.cli import main
 
 ENVS = Path(__file__).parent / "eval_envs"
 ON_ASYNCIO = ENVS / "on_asyncio.py"
-LIMIT = "60"
 
 
 def rows(out: Path) -> list[dict[str, Any]]:
@@ -182,20 +179,9 @@ def test_a_bad_loop_in_run_json_is_refused_on_resume(
 # -- signals, in a process of its own --------------------------------------------------------
 
 
-def sluicegate_eval(tmp_path: Path, *argv: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["timeout", "-s", "KILL", LIMIT, sys.executable, "-m", "sluicegate", "eval", *argv],
-        cwd=tmp_path,
-        env={**os.environ, **extra},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
 def test_sigint_drains_then_exits_130_on_asyncio(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = sluicegate_eval(
+    done = run_eval(
         tmp_path, f"{ON_ASYNCIO}:env", "-c", "2", "-o", str(out), "--display", "plain",
         EVAL_SIGINT_AT="3",
     )  # fmt: skip
@@ -211,7 +197,7 @@ def test_sigint_drains_then_exits_130_on_asyncio(tmp_path: Path) -> None:
 
 def test_a_second_sigint_cancels_on_asyncio(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = sluicegate_eval(
+    done = run_eval(
         tmp_path, f"{ON_ASYNCIO}:env", "-c", "2", "-o", str(out), "--display", "none",
         EVAL_SIGINT_AT="3", EVAL_SIGINT_TWICE="1",
     )  # fmt: skip
